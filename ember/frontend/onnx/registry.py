@@ -1,0 +1,93 @@
+"""The table of ONNX op converters and what a converter sees.
+
+A converter turns one ONNX node into graph ops through the builder and returns one
+Ember value per ONNX output (`None` for an optional output nobody reads). Constant
+inputs (initializers, `Constant` nodes, folded shape subgraphs) are visible through
+`ctx.constant(value)`, which is how attribute-like inputs (Reshape's shape, Split's
+sizes, Clip's bounds in newer opsets) are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ember.errors import ModelLoadError, UnsupportedOperatorError
+from ember.graph.builder import GraphBuilder
+from ember.graph.ir import Value
+
+_MISSING = object()
+
+
+@dataclass
+class OnnxNode:
+    """One ONNX node with inputs resolved to Ember values and attributes decoded
+    (ints, floats, str, lists of them, tensors as NumPy arrays)."""
+
+    op_type: str
+    name: str
+    inputs: list[Value | None]
+    attrs: dict[str, object] = field(default_factory=dict)
+    num_outputs: int = 1
+    domain: str = ""
+
+    def attr(self, name: str, default: object = _MISSING) -> object:
+        if name in self.attrs:
+            return self.attrs[name]
+        if default is _MISSING:
+            raise ModelLoadError(
+                f"node {self.name!r} ({self.op_type}) lacks required attribute {name!r}"
+            )
+        return default
+
+    def input(self, index: int) -> Value:
+        """A required input."""
+        value = self.inputs[index] if index < len(self.inputs) else None
+        if value is None:
+            raise ModelLoadError(
+                f"node {self.name!r} ({self.op_type}) lacks required input #{index}"
+            )
+        return value
+
+    def optional_input(self, index: int) -> Value | None:
+        return self.inputs[index] if index < len(self.inputs) else None
+
+
+@dataclass
+class ConversionContext:
+    builder: GraphBuilder
+    opset: int
+
+    def constant(self, value: Value | None) -> np.ndarray | None:
+        """The array behind a constant value; None if computed at run time or absent."""
+        return None if value is None else self.builder.constant_value(value)
+
+    def require_constant(self, node: OnnxNode, index: int, what: str) -> np.ndarray:
+        """A constant input, or an error naming the node: Ember needs static shapes."""
+        array = self.constant(node.input(index))
+        if array is None:
+            raise UnsupportedOperatorError(
+                f"node {node.name!r} ({node.op_type}): input #{index} ({what}) must be a "
+                "constant or computable from static shapes; Ember compiles static graphs"
+            )
+        return array
+
+
+Converter = Callable[[ConversionContext, OnnxNode], Sequence[Value | None]]
+
+CONVERTERS: dict[str, Converter] = {}
+
+
+def converter(*op_types: str) -> Callable[[Converter], Converter]:
+    """Register a function as the converter for the given ONNX op types (domain "")."""
+
+    def register(fn: Converter) -> Converter:
+        for op_type in op_types:
+            if op_type in CONVERTERS:
+                raise ValueError(f"ONNX op {op_type!r} has two converters")
+            CONVERTERS[op_type] = fn
+        return fn
+
+    return register

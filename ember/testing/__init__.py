@@ -1,0 +1,1 @@
+"""Built-in workloads with seeded random weights, ONNX export, conformance runner."""
