@@ -57,3 +57,22 @@ def assert_allclose(
         assert got.shape == want.shape, f"{name}: shape {got.shape} != {want.shape}"
         assert got.dtype == want.dtype, f"{name}: dtype {got.dtype} != {want.dtype}"
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=name)
+
+
+def check_against_onnxruntime(
+    model: onnx.ModelProto,
+    inputs: Mapping[str, np.ndarray],
+    rtol: float = RTOL,
+    atol: float = ATOL,
+) -> dict[str, np.ndarray]:
+    """Import `model` with Ember, verify the graph, run the reference interpreter and
+    ONNX Runtime on the same inputs, and assert they agree. Returns Ember's outputs."""
+    from ember.frontend import from_onnx
+    from ember.graph import interpret, verify
+
+    graph, params = from_onnx(model)
+    verify(graph, params)
+    ours = interpret(graph, params, inputs)
+    theirs = run_onnxruntime(model, inputs)
+    assert_allclose(ours, theirs, rtol=rtol, atol=atol)
+    return ours
