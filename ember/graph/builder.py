@@ -67,7 +67,8 @@ class GraphBuilder:
 
     def param(self, name: str, array: np.ndarray) -> Value:
         """A named weight; the name is made unique if needed."""
-        array = np.ascontiguousarray(array)
+        # Not np.ascontiguousarray: it turns a 0-d array (a scalar constant) into 1-d.
+        array = np.asarray(array, order="C")
         value = Value(self.fresh_name(name), TensorType.of(array))
         self._params[value.name] = value
         self._arrays[value.name] = array

@@ -1,9 +1,528 @@
-"""Placeholder until the loader lands (being written now)."""
+"""`from_onnx`: read an ONNX model and convert it into an Ember graph and its params.
+
+The steps, in order, each failing with an `EmberError` that says what to fix:
+
+1. read the model (a path, bytes or a `ModelProto`) and check that it is ONNX at all;
+2. check the default-domain opset (7 through 21; newer ones with a warning);
+3. check the graph's structure (every name defined once, before use) and that every
+   operator has a converter, reporting all unsupported operators in one error;
+4. turn initializers into params and graph inputs into typed inputs, with symbolic
+   dimensions filled in from `shapes=`;
+5. convert the nodes in order through one `GraphBuilder` with constant folding on, so
+   that shape-computing subgraphs (Shape -> Gather -> Concat -> Reshape) become
+   constants that converters can read;
+6. give the graph outputs the ONNX output names and verify the result.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+import os
+import warnings
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.inliner
+from google.protobuf.message import DecodeError
+
+from ember.errors import EmberError, ModelLoadError, ShapeError, UnsupportedOperatorError
+from ember.frontend.onnx.registry import (
+    CONVERTERS,
+    ConversionContext,
+    OnnxNode,
+    dtype_from_onnx,
+)
+from ember.graph.builder import GraphBuilder
+from ember.graph.ir import DTYPES, Graph, Node, Params, Value
+from ember.graph.verify import verify
+
+# Converter families register themselves on import; one not written yet is absent.
+for _family in ("math", "nn", "tensor", "reduce"):
+    try:
+        importlib.import_module(f"ember.frontend.onnx.{_family}")
+    except ModuleNotFoundError as _error:
+        if _error.name != f"ember.frontend.onnx.{_family}":
+            raise
+
+MIN_OPSET = 7
+# The newest opset whose changes the converters were written against.
+MAX_TESTED_OPSET = 21
+DEFAULT_DOMAINS = ("", "ai.onnx")
+# Ops that carry subgraphs: Ember compiles straight-line static graphs only.
+SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
+ShapeOverrides = Mapping[str, Sequence[int]]
 
 
-def from_onnx(model: Any, shapes: Any = None) -> Any:
-    raise NotImplementedError
+def from_onnx(model: ModelSource, shapes: ShapeOverrides | None = None) -> tuple[Graph, Params]:
+    """Convert an ONNX model into `(graph, params)`.
+
+    `model` is a file path, the serialised bytes, or a loaded `onnx.ModelProto`.
+    `shapes` maps graph input names to complete static shapes; it is needed when the
+    model has symbolic dimensions (such as a dynamic batch size) and may also fix them
+    to other values than the model's.
+    """
+    proto = read_model(model)
+    opset = default_opset(proto)
+    if proto.functions:
+        # Model-local functions are plain subgraphs; inlining makes them ordinary nodes.
+        proto = onnx.inliner.inline_local_functions(proto)
+    check_structure(proto.graph)
+    check_supported(proto.graph)
+    _run_checker(proto)
+    builder = GraphBuilder(name=_graph_name(proto.graph), fold_constants=True)
+    env = _import_values(builder, proto.graph, shapes or {})
+    ctx = ConversionContext(builder, opset)
+    output_names = [out.name for out in proto.graph.output]
+    # Reserve the output names so that no intermediate value takes one of them.
+    for name in output_names:
+        if name not in env:
+            builder.fresh_name(name)
+    input_names = set(env) - {tensor.name for tensor in proto.graph.initializer}
+    for index, node in enumerate(proto.graph.node):
+        _convert_node(ctx, node, index, env)
+    graph, params = _build_with_output_names(builder, env, input_names, output_names)
+    verify(graph, params)
+    return graph, params
+
+
+# -- reading -------------------------------------------------------------------------
+
+
+def read_model(model: ModelSource) -> onnx.ModelProto:
+    """The `ModelProto` behind a path, bytes or proto, with external data loaded."""
+    if isinstance(model, onnx.ModelProto):
+        proto, origin, base_dir = model, "the given ModelProto", None
+    elif isinstance(model, bytes | bytearray):
+        proto, origin, base_dir = _parse(bytes(model), "the given bytes"), "the given bytes", None
+    elif isinstance(model, str | os.PathLike):
+        path = Path(model)
+        origin, base_dir = f"'{path}'", path.parent
+        proto = _parse(_read_file(path), origin)
+    else:
+        raise ModelLoadError(
+            f"from_onnx takes a file path, bytes or an onnx.ModelProto, not {type(model).__name__}"
+        )
+    if proto.ir_version <= 0 or not proto.HasField("graph"):
+        raise ModelLoadError(
+            f"{origin} does not look like an ONNX model (it has no IR version or no graph); "
+            "check that it is an .onnx file and was written completely"
+        )
+    if base_dir is not None and _uses_external_data(proto):
+        try:
+            onnx.external_data_helper.load_external_data_for_model(proto, str(base_dir))
+        except (OSError, ValueError) as error:
+            raise ModelLoadError(
+                f"{origin} stores weights in external data files that could not be read "
+                f"({error}); keep them next to the model file"
+            ) from None
+    return proto
+
+
+def _read_file(path: Path) -> bytes:
+    if not path.exists():
+        raise ModelLoadError(f"model file '{path}' does not exist; check the path")
+    if path.is_dir():
+        raise ModelLoadError(f"'{path}' is a directory; give the path of the .onnx file")
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise ModelLoadError(f"cannot read model file '{path}': {error.strerror}") from None
+
+
+def _parse(data: bytes, origin: str) -> onnx.ModelProto:
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError):
+        raise ModelLoadError(
+            f"{origin} is not a readable ONNX model: the data is not an ONNX protobuf "
+            "(is it another format, or was the file truncated while copying?)"
+        ) from None
+    return proto
+
+
+def _uses_external_data(proto: onnx.ModelProto) -> bool:
+    return any(
+        tensor.data_location == onnx.TensorProto.EXTERNAL
+        for tensor in onnx.external_data_helper._get_all_tensors(proto)
+    )
+
+
+def _graph_name(graph: onnx.GraphProto) -> str:
+    return graph.name or "main"
+
+
+# -- checks before converting ---------------------------------------------------------
+
+
+def default_opset(proto: onnx.ModelProto) -> int:
+    """The model's opset for the default ONNX domain, checked against Ember's range."""
+    versions = [entry.version for entry in proto.opset_import if entry.domain in DEFAULT_DOMAINS]
+    if not versions:
+        raise ModelLoadError(
+            "the model imports no opset of the default ONNX domain; it is not a standard "
+            "ONNX model (re-export it with a standard opset between "
+            f"{MIN_OPSET} and {MAX_TESTED_OPSET})"
+        )
+    opset = max(versions)
+    newest_known = onnx.defs.onnx_opset_version()
+    if opset < MIN_OPSET or opset > newest_known:
+        raise ModelLoadError(
+            f"the model uses ONNX opset {opset}; Ember imports opsets {MIN_OPSET} to "
+            f"{MAX_TESTED_OPSET}. Convert it with onnx.version_converter.convert_version("
+            f"model, {MAX_TESTED_OPSET}) or re-export it"
+        )
+    if opset > MAX_TESTED_OPSET:
+        # Opsets 22 and later mostly widen the accepted element types of existing
+        # operators; the operators Ember converts keep their opset-21 semantics.
+        warnings.warn(
+            f"the model uses ONNX opset {opset}; Ember is tested up to opset "
+            f"{MAX_TESTED_OPSET} and converts it with opset-{MAX_TESTED_OPSET} semantics",
+            stacklevel=3,
+        )
+    return opset
+
+
+def check_structure(graph: onnx.GraphProto) -> None:
+    """Every value name is defined once (input, initializer or node output) before any
+    node reads it, and every graph output is defined."""
+    defined: dict[str, str] = {}
+    initializer_names = {tensor.name for tensor in graph.initializer}
+    for tensor in graph.initializer:
+        _define(defined, tensor.name, "an initializer")
+    for value in graph.input:
+        if value.name in initializer_names:
+            continue  # old IR versions list initializers among the inputs too
+        _define(defined, value.name, "a graph input")
+    for index, node in enumerate(graph.node):
+        where = _describe_node(node, index)
+        for name in node.input:
+            if name and name not in defined:
+                raise ModelLoadError(
+                    f"{where} reads {name!r}, which no graph input, initializer or earlier "
+                    "node defines; the model is inconsistent (nodes must be in "
+                    "topological order). Re-export the model"
+                )
+        for name in node.output:
+            if name:
+                _define(defined, name, where)
+    for value in graph.output:
+        if value.name not in defined:
+            raise ModelLoadError(
+                f"graph output {value.name!r} is not produced by any node, input or "
+                "initializer; the model is inconsistent. Re-export the model"
+            )
+
+
+def _define(defined: dict[str, str], name: str, where: str) -> None:
+    if name in defined:
+        raise ModelLoadError(
+            f"value {name!r} is defined twice (by {defined[name]} and by {where}); "
+            "ONNX names must be unique. Re-export the model"
+        )
+    defined[name] = where
+
+
+def _describe_node(node: onnx.NodeProto, index: int) -> str:
+    return (
+        f"node {node.name!r} ({node.op_type})" if node.name else f"node #{index} ({node.op_type})"
+    )
+
+
+def check_supported(graph: onnx.GraphProto) -> None:
+    """Raise one `UnsupportedOperatorError` listing every operator type without a
+    converter, with its count and one example node."""
+    counts: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for index, node in enumerate(graph.node):
+        key = _unsupported_key(node)
+        if key is None:
+            continue
+        counts[key] += 1
+        examples.setdefault(key, node.name or f"#{index}")
+    if not counts:
+        return
+    listing = ", ".join(
+        f"{key} (x{count}, e.g. node '{examples[key]}')" for key, count in counts.items()
+    )
+    noun = "operator type" if len(counts) == 1 else "operator types"
+    raise UnsupportedOperatorError(
+        f"model uses {len(counts)} {noun} Ember cannot import: {listing}"
+    )
+
+
+def _unsupported_key(node: onnx.NodeProto) -> str | None:
+    """How an unsupported node is listed (domain-qualified outside the default domain),
+    or None if Ember can convert it."""
+    if node.domain not in DEFAULT_DOMAINS:
+        return f"{node.domain}.{node.op_type}"
+    carries_graph = any(
+        attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        for attr in node.attribute
+    )
+    if node.op_type in SUBGRAPH_OPS or carries_graph or node.op_type not in CONVERTERS:
+        return node.op_type
+    return None
+
+
+def _run_checker(proto: onnx.ModelProto) -> None:
+    # The checker serialises the model; above protobuf's 2 GB limit it cannot, and the
+    # structural checks above already caught what matters for conversion.
+    if proto.ByteSize() >= 2**31 - 1:
+        return
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else "invalid"
+        raise ModelLoadError(
+            f"the model fails ONNX's own validity check: {first_line}. Re-export it, or "
+            "run onnx.checker.check_model(model) for the full report"
+        ) from None
+
+
+# -- inputs and initializers ----------------------------------------------------------
+
+
+def _import_values(
+    builder: GraphBuilder, graph: onnx.GraphProto, shapes: ShapeOverrides
+) -> dict[str, Value | _NotProduced]:
+    """Params for initializers and typed inputs for the other graph inputs."""
+    env: dict[str, Value | _NotProduced] = {}
+    for tensor in graph.initializer:
+        env[tensor.name] = builder.param(tensor.name, tensor_to_array(tensor, "initializer"))
+    real_inputs = [value for value in graph.input if value.name not in env]
+    known = {value.name for value in real_inputs}
+    unknown = [name for name in shapes if name not in known]
+    if unknown:
+        raise ShapeError(
+            f"shapes= names {', '.join(repr(n) for n in unknown)}, which "
+            f"{'is not a model input' if len(unknown) == 1 else 'are not model inputs'}; "
+            f"the model's inputs are: {', '.join(repr(n) for n in sorted(known)) or 'none'}"
+        )
+    for value in real_inputs:
+        dtype, shape = _input_type(value, shapes.get(value.name))
+        env[value.name] = builder.input(value.name, shape, dtype)
+    return env
+
+
+def tensor_to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
+    """A TensorProto as a NumPy array of an Ember dtype."""
+    dtype = dtype_from_onnx(tensor.data_type, f"{what} {tensor.name!r}")
+    try:
+        array = onnx.numpy_helper.to_array(tensor)
+    except (ValueError, TypeError, OSError) as error:
+        raise ModelLoadError(f"cannot read {what} {tensor.name!r}: {error}") from None
+    if str(array.dtype) not in DTYPES:
+        raise UnsupportedOperatorError(
+            f"{what} {tensor.name!r} has unsupported dtype {array.dtype}"
+        )
+    return np.asarray(array, dtype=dtype)
+
+
+def _input_type(
+    value: onnx.ValueInfoProto, override: Sequence[int] | None
+) -> tuple[str, tuple[int, ...]]:
+    kind = value.type.WhichOneof("value")
+    if kind != "tensor_type":
+        raise UnsupportedOperatorError(
+            f"graph input {value.name!r} is a {kind or 'untyped value'}; Ember imports "
+            "models whose inputs are tensors"
+        )
+    tensor_type = value.type.tensor_type
+    dtype = dtype_from_onnx(tensor_type.elem_type, f"graph input {value.name!r}")
+    model_dims: list[int | str] | None = None
+    if tensor_type.HasField("shape"):
+        model_dims = [_dim(d) for d in tensor_type.shape.dim]
+    if override is not None:
+        return dtype, _checked_override(value.name, model_dims, override)
+    if model_dims is None:
+        raise ShapeError(
+            f"graph input {value.name!r} has no shape in the model; pass its full shape "
+            f"with shapes={{'{value.name}': (...)}} (or --shapes '{value.name}:D1,D2,...')"
+        )
+    symbolic = [d for d in model_dims if isinstance(d, str)]
+    if symbolic:
+        example = ", ".join(str(d) if isinstance(d, int) else "1" for d in model_dims)
+        raise ShapeError(
+            f"graph input {value.name!r} has shape {_format_dims(model_dims)} with unknown "
+            f"dimensions {', '.join(symbolic)}; Ember compiles static shapes, so pass them, "
+            f"e.g. shapes={{'{value.name}': ({example}{',' if len(model_dims) == 1 else ''})}}"
+            f" (or --shapes '{value.name}:{example.replace(' ', '')}')"
+        )
+    return dtype, tuple(int(d) for d in model_dims)
+
+
+def _dim(dim: onnx.TensorShapeProto.Dimension) -> int | str:
+    """A fixed dimension as int; a symbolic one as its name ("?" if anonymous)."""
+    if dim.HasField("dim_value"):
+        return int(dim.dim_value)
+    return dim.dim_param or "?"
+
+
+def _format_dims(dims: Sequence[int | str]) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def _checked_override(
+    name: str, model_dims: list[int | str] | None, override: Sequence[int]
+) -> tuple[int, ...]:
+    given = tuple(override)
+    model_text = _format_dims(model_dims) if model_dims is not None else "unknown"
+    problem = ""
+    if not all(isinstance(d, int | np.integer) and d >= 0 for d in given):
+        problem = "dimensions must be non-negative integers"
+    elif model_dims is not None and len(model_dims) != len(given):
+        problem = f"the model's input has rank {len(model_dims)}, the given shape {len(given)}"
+    elif model_dims is not None:
+        clashes = [
+            str(axis)
+            for axis, (fixed, want) in enumerate(zip(model_dims, given, strict=True))
+            if isinstance(fixed, int) and fixed != want
+        ]
+        if clashes:
+            problem = f"it contradicts the model's fixed dimension(s) on axis {', '.join(clashes)}"
+    if problem:
+        raise ShapeError(
+            f"shape override for input {name!r} is {list(given)} but the model's shape is "
+            f"{model_text}: {problem}"
+        )
+    return tuple(int(d) for d in given)
+
+
+# -- converting nodes -----------------------------------------------------------------
+
+
+def decode_attribute(attr: onnx.AttributeProto) -> object:
+    """An attribute as plain Python/NumPy: bytes -> str, tensors -> arrays."""
+    if attr.type == onnx.AttributeProto.SPARSE_TENSOR:
+        return sparse_to_array(attr.sparse_tensor)
+    if attr.type == onnx.AttributeProto.SPARSE_TENSORS:
+        return [sparse_to_array(s) for s in attr.sparse_tensors]
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, onnx.TensorProto):
+        return tensor_to_array(value, f"attribute {attr.name!r} tensor")
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode("utf-8", errors="replace") for v in value]
+    if isinstance(value, list) and value and isinstance(value[0], onnx.TensorProto):
+        return [tensor_to_array(v, f"attribute {attr.name!r} tensor") for v in value]
+    return value
+
+
+def sparse_to_array(sparse: onnx.SparseTensorProto) -> np.ndarray:
+    """The dense array of a sparse tensor (indices either linear or one row per value)."""
+    values = tensor_to_array(sparse.values, "sparse tensor values")
+    indices = onnx.numpy_helper.to_array(sparse.indices).astype(np.int64)
+    shape = tuple(int(d) for d in sparse.dims)
+    dense = np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=values.dtype)
+    if indices.ndim == 2:
+        indices = np.ravel_multi_index(tuple(indices.T), shape)
+    dense[indices] = values
+    return dense.reshape(shape)
+
+
+def _convert_node(
+    ctx: ConversionContext, proto: onnx.NodeProto, index: int, env: dict[str, Value | _NotProduced]
+) -> None:
+    name = proto.name or f"{proto.op_type}_{index}"
+    node = OnnxNode(
+        op_type=proto.op_type,
+        name=name,
+        inputs=[_lookup(env, i) if i else None for i in proto.input],
+        attrs={attr.name: decode_attribute(attr) for attr in proto.attribute},
+        num_outputs=len(proto.output),
+        domain=proto.domain,
+    )
+    try:
+        results = list(CONVERTERS[proto.op_type](ctx, node))
+    except EmberError as error:
+        message = str(error)
+        if name in message:
+            raise
+        raise type(error)(f"node {name!r} ({proto.op_type}): {message}") from error
+    for position, output_name in enumerate(proto.output):
+        if not output_name:
+            continue
+        result = results[position] if position < len(results) else None
+        # An output the converter does not produce is only an error if something reads
+        # it (such as Dropout's mask); `_lookup` reports it then.
+        env[output_name] = (
+            result if result is not None else _NotProduced(name, proto.op_type, position)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _NotProduced:
+    """Placeholder for a node output that Ember's converter does not compute."""
+
+    node_name: str
+    op_type: str
+    position: int
+
+
+def _lookup(env: Mapping[str, Value | _NotProduced], name: str) -> Value:
+    value = env[name]
+    if isinstance(value, _NotProduced):
+        raise UnsupportedOperatorError(
+            f"node {value.node_name!r} ({value.op_type}): Ember's converter does not "
+            f"produce output #{value.position} ({name!r}), which the model uses"
+        )
+    return value
+
+
+# -- outputs --------------------------------------------------------------------------
+
+
+def _build_with_output_names(
+    builder: GraphBuilder,
+    env: dict[str, Value | _NotProduced],
+    input_names: set[str],
+    output_names: list[str],
+) -> tuple[Graph, Params]:
+    """Build the graph so that its outputs carry the ONNX output names.
+
+    A node output is renamed; an output that is a param, another output's value, or a
+    graph input under a different name gets an `identity` node to carry its name."""
+    builder.fold_constants = False  # an identity of a constant must stay a node
+    outputs: list[Value] = []
+    renames: dict[str, str] = {}
+    for name in output_names:
+        value = _lookup(env, name)
+        if value.name == name:
+            outputs.append(value)
+            continue
+        if value.name in renames or value.name in input_names or builder.is_constant(value):
+            value = builder.add("identity", [value], name=f"{name}_identity")
+        renames[value.name] = name
+        outputs.append(value)
+    graph, params = builder.build(outputs)
+    return _rename_values(graph, renames), params
+
+
+def _rename_values(graph: Graph, renames: dict[str, str]) -> Graph:
+    """`graph` with node outputs renamed per `renames` (old name -> new name)."""
+    if not renames:
+        return graph
+
+    def renamed(value: Value) -> Value:
+        new_name = renames.get(value.name)
+        return value if new_name is None else Value(new_name, value.type)
+
+    nodes = tuple(
+        Node(
+            node.op,
+            tuple(renamed(v) for v in node.inputs),
+            tuple(renamed(v) for v in node.outputs),
+            node.attrs,
+            node.name,
+        )
+        for node in graph.nodes
+    )
+    return graph.replace(nodes=nodes, outputs=tuple(renamed(v) for v in graph.outputs))

@@ -13,10 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 
 from ember.errors import ModelLoadError, UnsupportedOperatorError
 from ember.graph.builder import GraphBuilder
-from ember.graph.ir import Value
+from ember.graph.ir import DTYPES, Value
 
 _MISSING = object()
 
@@ -73,6 +74,28 @@ class ConversionContext:
                 "constant or computable from static shapes; Ember compiles static graphs"
             )
         return array
+
+
+def dtype_from_onnx(elem_type: int, where: str) -> str:
+    """The Ember dtype of an ONNX element type (`TensorProto.FLOAT` -> "float32").
+
+    `where` names what carries the type (an input, a node attribute) for the error."""
+    try:
+        name = str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
+    except (KeyError, TypeError, ValueError):
+        name = ""
+    if name not in DTYPES:
+        onnx_name = (
+            onnx.TensorProto.DataType.Name(elem_type)
+            if elem_type in onnx.TensorProto.DataType.values()
+            else f"#{elem_type}"
+        )
+        raise UnsupportedOperatorError(
+            f"{where} has element type {onnx_name}, which Ember does not support; "
+            f"supported types: {', '.join(DTYPES)}. Convert the model to one of them "
+            "(e.g. float32) before importing it"
+        )
+    return name
 
 
 Converter = Callable[[ConversionContext, OnnxNode], Sequence[Value | None]]

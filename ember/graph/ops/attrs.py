@@ -204,7 +204,7 @@ class TileAttrs(Attrs):
 
 @dataclass(frozen=True, slots=True)
 class BlockAttrs(Attrs):
-    """depth_to_space / space_to_depth. mode is "DCR" or "CRD" (depth_to_space only)."""
+    """depth_to_space / space_to_depth. mode is "DCR" or "CRD" (ONNX's orders)."""
 
     block_size: int
     mode: str = "DCR"
@@ -213,7 +213,10 @@ class BlockAttrs(Attrs):
 
 @dataclass(frozen=True, slots=True)
 class ReduceAttrs(Attrs):
-    """reduce_sum / reduce_mean / reduce_max / reduce_min / reduce_prod."""
+    """reduce_sum / _mean / _max / _min / _prod / _sum_square / _l1 / _l2 / _log_sum_exp.
+
+    `axes` are distinct and non-negative; an empty tuple means "reduce all axes" (the
+    frontend turns ONNX's noop_with_empty_axes=1 into an `identity` instead)."""
 
     axes: tuple[int, ...]
     keepdims: bool = True

@@ -124,7 +124,8 @@ BINARY: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], str | No
     "power": (_power, None),
     "maximum": (np.maximum, None),
     "minimum": (np.minimum, None),
-    "mod": (np.fmod, None),
+    "mod": (np.fmod, None),  # C's fmod: the result has the sign of the dividend
+    "floor_mod": (np.mod, None),  # Python's %: the result has the sign of the divisor
     "equal": (np.equal, "bool"),
     "less": (np.less, "bool"),
     "less_equal": (np.less_equal, "bool"),

@@ -1,0 +1,45 @@
+"""Constant folding: evaluate every node that reads only params, ahead of time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ember.errors import GraphError
+from ember.graph.ir import Graph, Node, Params, TensorType, Value, prune_params
+from ember.graph.ops import evaluate
+
+
+def fold_constants(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, Params]:
+    """Replace each node whose inputs are all params by params holding its results.
+
+    Pre: `params` holds an array for every param of `graph`.
+    Post: no node reads only params (so a node without inputs is folded too); each
+    folded output keeps its name and type and becomes a param, so readers and graph
+    outputs are unchanged; params nothing reads any more are dropped. The inputs are
+    not modified; results are computed with the ops' reference implementations, so
+    they are exactly what the interpreter would compute.
+    """
+    missing = [v.name for v in graph.params if v.name not in params]
+    if missing:
+        raise GraphError(
+            f"fold_constants needs the arrays of every param; missing: {', '.join(missing)}"
+        )
+    arrays: Params = {v.name: np.asarray(params[v.name]) for v in graph.params}
+    new_params: list[Value] = list(graph.params)
+    kept: list[Node] = []
+    for node in graph.nodes:
+        if not all(value.name in arrays for value in node.inputs):
+            kept.append(node)
+            continue
+        results = evaluate(node.op, [arrays[v.name] for v in node.inputs], node.attrs)
+        for value, result in zip(node.outputs, results, strict=True):
+            # evaluate() already checked the result against the op's inferred type.
+            assert TensorType.of(result) == value.type, (value, result.shape)
+            # Results may be views of other params (reshape, transpose); a param of
+            # its own, contiguous as GraphBuilder stores them, is safer to hand on.
+            arrays[value.name] = np.asarray(result, order="C")  # keeps 0-d arrays 0-d
+            new_params.append(value)
+    folded = graph.replace(nodes=tuple(kept), params=tuple(new_params))
+    return prune_params(folded, arrays)

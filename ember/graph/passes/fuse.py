@@ -1,0 +1,376 @@
+"""fuse: partition a graph into fused groups, the units that code generation compiles.
+
+Each group becomes one ComputeDAG (one kernel) later, so a group is a self-contained
+subgraph: `FusedGroup.as_graph()` turns it into a `Graph` whose inputs are the values
+it reads from outside (graph inputs and other groups' outputs) and whose params are the
+params it reads.
+
+Nodes are visited in topological order. A node joins the group of one of its inputs'
+producers when the table allows it, else it starts a group of its own:
+
+| node's OpPattern    | joins an input producer's group if it is   | otherwise starts     |
+| ------------------- | ------------------------------------------ | -------------------- |
+| ELEMWISE, BROADCAST | an anchor group (as epilogue) or injective | an injective group   |
+| INJECTIVE           | an injective group                         | an injective group   |
+| REDUCTION, ANCHOR   | never                                      | an anchor group      |
+| OPAQUE              | never                                      | an opaque group of 1 |
+
+and only along a single-consumer chain:
+- the value linking them is produced by the group's last node (its tail), is read by
+  no other node and is not a graph output (a fused intermediate is never stored);
+- in an anchor group the node's output has the linked value's shape (an epilogue runs
+  in the anchor's iteration space; a broadcast may not enlarge it);
+- the node's other operands are params, graph inputs or outputs of groups that do not
+  depend on this group (so the groups stay acyclic): conv -> add(bias) ->
+  add(residual) -> relu is one group.
+
+One prologue: a constant-mode `pad` whose only reader is a conv or pool (as its data)
+joins that anchor's group (a conv's ComputeDAG pads its input anyway). Other
+producers of an anchor (a transpose before a dense, say) stay in their own groups, and
+nothing injective follows an anchor, so each anchor group is one anchor computation
+with a pointwise epilogue.
+
+Pre: `graph` verifies. Post: every node is in exactly one group; each group has at most
+one anchor; `groups` is in a valid execution order; running the groups' subgraphs in
+order (`interpret_fused`) computes what the graph computes.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ember.errors import GraphError
+from ember.graph.interpret import interpret
+from ember.graph.ir import Graph, Node, Params, Value
+from ember.graph.ops import OpPattern, get_op
+from ember.graph.ops.attrs import PadAttrs
+from ember.graph.printer import format_node
+from ember.graph.verify import verify
+
+# Anchors that take a constant pad of their data input as a prologue.
+PROLOGUE_ANCHORS = frozenset({"conv", "max_pool", "avg_pool"})
+
+# A group's name lists its ops; longer chains are abbreviated after this many.
+NAME_OPS = 5
+
+
+class GroupKind(enum.Enum):
+    ANCHOR = "anchor"  # one anchor or reduction op plus its prologue and epilogue
+    INJECTIVE = "injective"  # elementwise, broadcast and injective ops only
+    OPAQUE = "opaque"  # a single op that never fuses
+
+
+@dataclass(frozen=True, slots=True)
+class FusedGroup:
+    """One fused group: nodes in topological order and the values crossing its edge.
+
+    `inputs` are read from outside, in order of first use (graph inputs, params, other
+    groups' outputs); `params` is the subset of them that are graph params. `outputs`
+    are the values the group produces that other groups or the graph outputs read."""
+
+    name: str
+    kind: GroupKind
+    anchor: Node | None
+    nodes: tuple[Node, ...]
+    inputs: tuple[Value, ...]
+    params: tuple[Value, ...]
+    outputs: tuple[Value, ...]
+
+    @property
+    def data_inputs(self) -> tuple[Value, ...]:
+        """The inputs that are not params: what the group's kernel receives at run time."""
+        param_names = {value.name for value in self.params}
+        return tuple(value for value in self.inputs if value.name not in param_names)
+
+    def as_graph(self) -> Graph:
+        """The group as a standalone graph (inputs = data inputs, params = param inputs)."""
+        return Graph(
+            inputs=self.data_inputs,
+            outputs=self.outputs,
+            nodes=self.nodes,
+            params=self.params,
+            name=self.name,
+        )
+
+    def describe(self) -> str:
+        """`NAME (anchor OP): %in, ... -> %out, ...` for printouts."""
+        kind = f"anchor {self.anchor.op}" if self.anchor is not None else self.kind.value
+        reads = ", ".join(str(value) for value in self.inputs) or "nothing"
+        writes = ", ".join(str(value) for value in self.outputs) or "nothing"
+        return f"{self.name} ({kind}): {reads} -> {writes}"
+
+
+@dataclass(frozen=True, slots=True)
+class FusedGraph:
+    """A graph split into fused groups, listed in a valid execution order."""
+
+    graph: Graph
+    params: Params = field(compare=False, repr=False)
+    groups: tuple[FusedGroup, ...]
+
+    def group_params(self, group: FusedGroup) -> Params:
+        """The param arrays that `group.as_graph()` needs."""
+        return {value.name: self.params[value.name] for value in group.params}
+
+    def group_of(self, node_name: str) -> FusedGroup:
+        """The group holding the node named `node_name`."""
+        for group in self.groups:
+            if any(node.name == node_name for node in group.nodes):
+                return group
+        raise GraphError(f"no node named {node_name!r} in fused graph {self.graph.name!r}")
+
+    def __str__(self) -> str:
+        lines = [
+            f"fused graph {self.graph.name}: {len(self.graph.nodes)} nodes "
+            f"in {len(self.groups)} groups"
+        ]
+        for index, group in enumerate(self.groups):
+            lines.append(f"group {index} {group.describe()}")
+            lines.extend(f"  {format_node(node)}" for node in group.nodes)
+        return "\n".join(lines)
+
+
+def fuse(graph: Graph, params: Mapping[str, np.ndarray]) -> FusedGraph:
+    """Partition `graph` into fused groups (rules in the module docstring)."""
+    partition = _Partition(graph)
+    prologues = _find_prologues(graph, partition)
+    prologue_nodes = set(prologues.values())
+    for index, node in enumerate(graph.nodes):
+        if node.name in prologue_nodes:
+            continue  # joins its anchor's group when the anchor is visited
+        pattern = get_op(node.op).pattern
+        if pattern == OpPattern.OPAQUE:
+            partition.start(index, GroupKind.OPAQUE)
+        elif pattern >= OpPattern.REDUCTION:
+            prologue = prologues.get(node.name)
+            partition.start(index, GroupKind.ANCHOR, partition.index_of(prologue))
+        else:
+            target = partition.joinable_group(index, pattern)
+            if target is None:
+                partition.start(index, GroupKind.INJECTIVE)
+            else:
+                partition.join(target, index)
+    return FusedGraph(graph, dict(params), partition.groups())
+
+
+def _find_prologues(graph: Graph, partition: _Partition) -> dict[str, str]:
+    """anchor node name -> name of the pad node that fuses into it as a prologue."""
+    prologues: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.op not in PROLOGUE_ANCHORS or not node.inputs:
+            continue
+        producer = partition.producers.get(node.inputs[0].name)
+        if (
+            producer is not None
+            and producer.op == "pad"
+            and isinstance(producer.attrs, PadAttrs)
+            and producer.attrs.mode == "constant"
+            and partition.only_reader(producer.output, node)
+        ):
+            prologues[node.name] = producer.name
+    return prologues
+
+
+class _Partition:
+    """Groups under construction: node indices, kinds, tails and group dependencies."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.producers = graph.producers()
+        self.readers = graph.consumers()
+        self.graph_outputs = {value.name for value in graph.outputs}
+        self._node_index = {node.name: i for i, node in enumerate(graph.nodes)}
+        self.members: list[list[int]] = []
+        self.kinds: list[GroupKind] = []
+        self.anchors: list[int | None] = []
+        self.tails: list[int] = []
+        self.depends_on: list[set[int]] = []
+        self.group_of_value: dict[str, int] = {}
+
+    def index_of(self, node_name: str | None) -> int | None:
+        return None if node_name is None else self._node_index[node_name]
+
+    def only_reader(self, value: Value, node: Node) -> bool:
+        """Whether `node` is the only reader of `value` and the graph does not output it."""
+        readers = {reader.name for reader in self.readers[value.name]}
+        return readers == {node.name} and value.name not in self.graph_outputs
+
+    def start(self, index: int, kind: GroupKind, prologue: int | None = None) -> None:
+        group = len(self.members)
+        self.members.append([])
+        self.kinds.append(kind)
+        self.anchors.append(index if kind == GroupKind.ANCHOR else None)
+        self.tails.append(index)
+        self.depends_on.append(set())
+        if prologue is not None:
+            self._add(group, prologue)
+        self._add(group, index)
+
+    def join(self, group: int, index: int) -> None:
+        self._add(group, index)
+        self.tails[group] = index
+
+    def _add(self, group: int, index: int) -> None:
+        node = self.graph.nodes[index]
+        self.members[group].append(index)
+        for value in node.inputs:
+            source = self.group_of_value.get(value.name)
+            if source is not None and source != group:
+                self.depends_on[group].add(source)
+        for value in node.outputs:
+            self.group_of_value[value.name] = group
+
+    def joinable_group(self, index: int, pattern: OpPattern) -> int | None:
+        """The group the elementwise/broadcast/injective node `index` may join, if any."""
+        node = self.graph.nodes[index]
+        for value in node.inputs:
+            group = self.group_of_value.get(value.name)
+            if group is not None and self._may_join(group, node, value, pattern):
+                return group
+        return None
+
+    def _may_join(self, group: int, node: Node, link: Value, pattern: OpPattern) -> bool:
+        kind = self.kinds[group]
+        if kind == GroupKind.OPAQUE or (kind == GroupKind.ANCHOR and pattern > OpPattern.BROADCAST):
+            return False
+        tail = self.graph.nodes[self.tails[group]]
+        if link not in tail.outputs or not self.only_reader(link, node):
+            return False
+        if kind == GroupKind.ANCHOR and any(out.shape != link.shape for out in node.outputs):
+            return False
+        others = {self.group_of_value.get(value.name) for value in node.inputs}
+        return not any(
+            other is not None and other != group and self._reaches(other, group) for other in others
+        )
+
+    def _reaches(self, start: int, goal: int) -> bool:
+        """Whether group `start` depends on group `goal`, directly or transitively."""
+        stack, seen = [start], {start}
+        while stack:
+            current = stack.pop()
+            if current == goal:
+                return True
+            for previous in self.depends_on[current] - seen:
+                seen.add(previous)
+                stack.append(previous)
+        return False
+
+    def groups(self) -> tuple[FusedGroup, ...]:
+        """The finished groups in a valid execution order, named after their ops."""
+        order = self._execution_order()
+        taken: dict[str, int] = {}
+        result = []
+        for group in order:
+            nodes = tuple(self.graph.nodes[i] for i in sorted(self.members[group]))
+            name = _group_name(nodes, taken)
+            result.append(self._finish(group, name, nodes))
+        return tuple(result)
+
+    def _execution_order(self) -> list[int]:
+        """Groups sorted topologically by dependency, earliest-created first among
+        those ready (creation follows the graph's node order, so the order is stable)."""
+        waiting = [len(deps) for deps in self.depends_on]
+        dependents: list[list[int]] = [[] for _ in self.members]
+        for group, deps in enumerate(self.depends_on):
+            for dep in deps:
+                dependents[dep].append(group)
+        ready = [group for group, count in enumerate(waiting) if count == 0]
+        heapq.heapify(ready)
+        order: list[int] = []
+        while ready:
+            group = heapq.heappop(ready)
+            order.append(group)
+            for dependent in dependents[group]:
+                waiting[dependent] -= 1
+                if waiting[dependent] == 0:
+                    heapq.heappush(ready, dependent)
+        assert len(order) == len(self.members), "fused groups depend on each other in a cycle"
+        return order
+
+    def _finish(self, group: int, name: str, nodes: tuple[Node, ...]) -> FusedGroup:
+        produced = {value.name for node in nodes for value in node.outputs}
+        node_names = {node.name for node in nodes}
+        inputs: dict[str, Value] = {}
+        for node in nodes:
+            for value in node.inputs:
+                if value.name not in produced:
+                    inputs.setdefault(value.name, value)
+        param_names = {value.name for value in self.graph.params}
+        outputs = tuple(
+            value
+            for node in nodes
+            for value in node.outputs
+            if value.name in self.graph_outputs
+            or any(reader.name not in node_names for reader in self.readers[value.name])
+        )
+        anchor_index = self.anchors[group]
+        return FusedGroup(
+            name=name,
+            kind=self.kinds[group],
+            anchor=None if anchor_index is None else self.graph.nodes[anchor_index],
+            nodes=nodes,
+            inputs=tuple(inputs.values()),
+            params=tuple(value for value in inputs.values() if value.name in param_names),
+            outputs=outputs,
+        )
+
+
+def _group_name(nodes: tuple[Node, ...], taken: dict[str, int]) -> str:
+    """The ops joined by `_` (abbreviated after NAME_OPS), unique within the graph."""
+    ops = [node.op for node in nodes]
+    base = "_".join(ops[:NAME_OPS])
+    if len(ops) > NAME_OPS:
+        base += f"_and_{len(ops) - NAME_OPS}_more"
+    count = taken.get(base, 0)
+    taken[base] = count + 1
+    return base if count == 0 else f"{base}_{count}"
+
+
+def interpret_fused(fused: FusedGraph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run each group's subgraph in order with the reference interpreter; returns the
+    graph's outputs by name, like `interpret` on the original graph."""
+    graph = fused.graph
+    env: dict[str, np.ndarray] = {value.name: fused.params[value.name] for value in graph.params}
+    for value in graph.inputs:
+        if value.name not in inputs:
+            raise GraphError(f"input {value.name!r} was not given")
+        env[value.name] = np.asarray(inputs[value.name])
+    for group in fused.groups:
+        feeds = {value.name: env[value.name] for value in group.data_inputs}
+        env.update(interpret(group.as_graph(), fused.group_params(group), feeds))
+    return {value.name: env[value.name] for value in graph.outputs}
+
+
+def check_fused(fused: FusedGraph) -> None:
+    """Raise `GraphError` unless the partition is sound: each node of the graph in
+    exactly one group, at most one anchor per group, every group self-contained (its
+    subgraph verifies) and reading only values computed by earlier groups."""
+    graph = fused.graph
+    seen: dict[str, str] = {}
+    available = {value.name for value in (*graph.inputs, *graph.params)}
+    for group in fused.groups:
+        anchors = [node for node in group.nodes if get_op(node.op).pattern >= OpPattern.REDUCTION]
+        if len(anchors) > 1 or (group.anchor is not None and anchors != [group.anchor]):
+            raise GraphError(f"group {group.name!r} has anchors {[n.name for n in anchors]}")
+        for node in group.nodes:
+            if node.name in seen:
+                raise GraphError(
+                    f"node {node.name!r} is in groups {seen[node.name]!r} and {group.name!r}"
+                )
+            seen[node.name] = group.name
+        missing = [value.name for value in group.inputs if value.name not in available]
+        if missing:
+            raise GraphError(f"group {group.name!r} reads {missing} before they are computed")
+        verify(group.as_graph())
+        available.update(value.name for value in group.outputs)
+    left_out = [node.name for node in graph.nodes if node.name not in seen]
+    if left_out:
+        raise GraphError(f"nodes {left_out} are in no group")
+    unproduced = [value.name for value in graph.outputs if value.name not in available]
+    if unproduced:
+        raise GraphError(f"graph outputs {unproduced} are produced by no group")

@@ -1,0 +1,311 @@
+"""The ONNX exporter of each neural-network graph op: conv, pooling, normalisations,
+dense / matmul, resize, LRN and block-sparse dense.
+
+ONNX's spatial ops are channels-first only, so channels-last nodes are wrapped in
+Transposes (`Exporter.in_channels_first`) and their constant weights are transposed
+into OI<spatial> order once, in the initializers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember.errors import UnsupportedOperatorError
+from ember.graph.ir import Node, Value
+from ember.graph.ops.attrs import (
+    BatchNormAttrs,
+    ConvAttrs,
+    ConvTransposeAttrs,
+    InstanceNormAttrs,
+    LayerNormAttrs,
+    LayoutAttrs,
+    PoolAttrs,
+    ResizeAttrs,
+)
+from ember.graph.ops.layout import parse_kernel_layout
+from ember.graph.ops.nn import LrnAttrs
+from ember.graph.ops.sparse import SparseDenseAttrs, dense_from_bsr
+from ember.testing.to_onnx import Exporter, exporter
+
+
+def _unsupported(node: Node, why: str) -> UnsupportedOperatorError:
+    return UnsupportedOperatorError(f"cannot export node {node.name!r} ({node.op}) to ONNX: {why}")
+
+
+def _kernel_shape(node: Node) -> list[int]:
+    """The spatial kernel sizes of a conv node's weight, whatever its layout."""
+    attrs = node.attrs
+    assert isinstance(attrs, ConvAttrs)
+    weight = node.inputs[1]
+    kernel = parse_kernel_layout(attrs.kernel_layout, node.op, weight.type.ndim - 2)
+    return [weight.shape[axis] for axis in kernel.spatial_axes]
+
+
+@exporter("conv")
+def _conv(export: Exporter, node: Node) -> None:
+    attrs = node.attrs
+    assert isinstance(attrs, ConvAttrs)
+    weight_value = node.inputs[1]
+    kernel = parse_kernel_layout(attrs.kernel_layout, node.op, weight_value.type.ndim - 2)
+    weight = export.transposed(weight_value, kernel.to_out_in_first, f"{weight_value.name}/oi")
+
+    def core(data: str, output: str) -> None:
+        export.emit(
+            "Conv",
+            [data, weight],
+            [output],
+            kernel_shape=_kernel_shape(node),
+            strides=list(attrs.strides),
+            pads=list(attrs.padding),
+            dilations=list(attrs.dilations),
+            group=attrs.groups,
+        )
+
+    export.in_channels_first(node, attrs.layout, core)
+
+
+@exporter("conv_transpose")
+def _conv_transpose(export: Exporter, node: Node) -> None:
+    attrs = node.attrs
+    assert isinstance(attrs, ConvTransposeAttrs)
+    weight_value = node.inputs[1]
+    weight = export.name(weight_value)
+
+    def core(data: str, output: str) -> None:
+        export.emit(
+            "ConvTranspose",
+            [data, weight],
+            [output],
+            kernel_shape=list(weight_value.shape[2:]),
+            strides=list(attrs.strides),
+            pads=list(attrs.padding),
+            output_padding=list(attrs.output_padding),
+            dilations=list(attrs.dilations),
+            group=attrs.groups,
+        )
+
+    export.in_channels_first(node, attrs.layout, core)
+
+
+@exporter("max_pool", "avg_pool")
+def _pool(export: Exporter, node: Node) -> None:
+    attrs = node.attrs
+    assert isinstance(attrs, PoolAttrs)
+    common: dict[str, Any] = {
+        "kernel_shape": list(attrs.kernel),
+        "strides": list(attrs.strides),
+        "pads": list(attrs.padding),
+        "ceil_mode": int(attrs.ceil_mode),
+    }
+    dilated = any(d != 1 for d in attrs.dilations)
+    if node.op == "max_pool":
+        onnx_op = "MaxPool"
+        common["dilations"] = list(attrs.dilations)
+    else:
+        onnx_op = "AveragePool"
+        common["count_include_pad"] = int(attrs.count_include_pad)
+        if dilated and export.opset < 19:
+            raise _unsupported(node, "AveragePool takes dilations from opset 19; export at 19+")
+        if dilated:
+            common["dilations"] = list(attrs.dilations)
+    export.in_channels_first(
+        node, attrs.layout, lambda data, output: export.emit(onnx_op, [data], [output], **common)
+    )
+
+
+@exporter("global_avg_pool", "global_max_pool")
+def _global_pool(export: Exporter, node: Node) -> None:
+    attrs = node.attrs
+    assert isinstance(attrs, LayoutAttrs)
+    onnx_op = "GlobalAveragePool" if node.op == "global_avg_pool" else "GlobalMaxPool"
+    export.in_channels_first(
+        node, attrs.layout, lambda data, output: export.emit(onnx_op, [data], [output])
+    )
+
+
+@exporter("batch_norm")
+def _batch_norm(export: Exporter, node: Node) -> None:
+    attrs = node.attrs
+    assert isinstance(attrs, BatchNormAttrs)
+    x = node.inputs[0]
+    data, output = export.name(x), node.outputs[0].name
+    if attrs.axis == 1:
+        vectors = [export.name(v) for v in node.inputs[1:]]
+        export.emit("BatchNormalization", [data, *vectors], [output], epsilon=attrs.epsilon)
+        return
+    arrays = [export.param_array(v) for v in node.inputs[1:]]
+    if all(array is not None for array in arrays):
+        # ONNX normalises axis 1 only. With constant statistics, a channels-last batch
+        # norm is x * multiplier + shift, which needs no transposes.
+        scale, bias, mean, variance = (np.asarray(a, dtype=np.float64) for a in arrays)
+        multiplier = scale / np.sqrt(variance + attrs.epsilon)
+        shift = bias - mean * multiplier
+        along_axis = (-1,) + (1,) * (x.type.ndim - 1 - attrs.axis)
+        multiplier_name, shift_name = (
+            export.constant(a.reshape(along_axis).astype(x.dtype), f"{node.name}/{what}")
+            for a, what in ((multiplier, "multiplier"), (shift, "shift"))
+        )
+        scaled = export.emit_one("Mul", [data, multiplier_name], f"{node.name}/scaled")
+        export.emit("Add", [scaled, shift_name], [output])
+        return
+    if x.type.ndim < 2:
+        raise _unsupported(node, "ONNX BatchNormalization needs data of rank >= 2")
+    # Computed statistics: move the channel axis to 1 and back.
+    order = [axis for axis in range(x.type.ndim) if axis != attrs.axis]
+    order.insert(1, attrs.axis)
+    moved = export.emit_one("Transpose", [data], f"{node.name}/to_axis1", perm=order)
+    vectors = [export.name(v) for v in node.inputs[1:]]
+    normalised = export.emit_one(
+        "BatchNormalization", [moved, *vectors], node.name, epsilon=attrs.epsilon
+    )
+    back = [int(axis) for axis in np.argsort(order)]
+    export.emit("Transpose", [normalised], [output], f"{node.name}/from_axis1", perm=back)
+
+
+@exporter("instance_norm")
+def _instance_norm(export: Exporter, node: Node) -> None:
+    attrs = node.attrs
+    assert isinstance(attrs, InstanceNormAttrs)
+    scale, bias = (export.name(v) for v in node.inputs[1:])
+    export.in_channels_first(
+        node,
+        attrs.layout,
+        lambda data, output: export.emit(
+            "InstanceNormalization", [data, scale, bias], [output], epsilon=attrs.epsilon
+        ),
+    )
+
+
+@exporter("layer_norm")
+def _layer_norm(export: Exporter, node: Node) -> None:
+    attrs = node.attrs
+    assert isinstance(attrs, LayerNormAttrs)
+    x, scale, bias = node.inputs
+    normalised_shape = x.shape[attrs.axis :]
+    # ONNX Runtime wants scale and bias of exactly the normalised shape.
+    scale_name, bias_name = (_broadcast(export, v, normalised_shape) for v in (scale, bias))
+    data, output = export.name(x), node.outputs[0].name
+    if export.opset >= 17:
+        export.emit(
+            "LayerNormalization",
+            [data, scale_name, bias_name],
+            [output],
+            axis=attrs.axis,
+            epsilon=attrs.epsilon,
+        )
+        return
+    # Before opset 17: (x - mean) / sqrt(variance + epsilon) * scale + bias.
+    axes = list(range(attrs.axis, x.type.ndim))
+    name = node.name
+    mean = export.emit_one("ReduceMean", [data], f"{name}/mean", axes=axes, keepdims=1)
+    centred = export.emit_one("Sub", [data, mean], f"{name}/centred")
+    squares = export.emit_one("Mul", [centred, centred], f"{name}/squares")
+    variance = export.emit_one("ReduceMean", [squares], f"{name}/variance", axes=axes, keepdims=1)
+    epsilon = export.scalar(attrs.epsilon, x.dtype, f"{name}/epsilon")
+    shifted = export.emit_one("Add", [variance, epsilon], f"{name}/shifted")
+    deviation = export.emit_one("Sqrt", [shifted], f"{name}/deviation")
+    normalised = export.emit_one("Div", [centred, deviation], f"{name}/normalised")
+    scaled = export.emit_one("Mul", [normalised, scale_name], f"{name}/scaled")
+    export.emit("Add", [scaled, bias_name], [output])
+
+
+def _broadcast(export: Exporter, value: Value, shape: tuple[int, ...]) -> str:
+    """`value` broadcast to `shape`: pre-broadcast if a param, an Expand otherwise."""
+    if value.shape == shape:
+        return export.name(value)
+    array = export.param_array(value)
+    if array is not None:
+        return export.constant(np.broadcast_to(array, shape), f"{value.name}/broadcast")
+    target = export.ints(shape, f"{value.name}/shape")
+    return export.emit_one("Expand", [export.name(value), target], f"{value.name}/broadcast")
+
+
+@exporter("dense")
+def _dense(export: Exporter, node: Node) -> None:
+    x, weight = node.inputs
+    # dense keeps its weight as (N, K); MatMul wants (K, N).
+    transposed = export.transposed(weight, (1, 0), f"{weight.name}/t")
+    export.emit("MatMul", [export.name(x), transposed], [node.outputs[0].name])
+
+
+@exporter("matmul")
+def _matmul(export: Exporter, node: Node) -> None:
+    export.emit("MatMul", [export.name(v) for v in node.inputs], [node.outputs[0].name])
+
+
+@exporter("lrn")
+def _lrn(export: Exporter, node: Node) -> None:
+    attrs = node.attrs
+    assert isinstance(attrs, LrnAttrs)
+    export.emit(
+        "LRN",
+        [export.name(node.inputs[0])],
+        [node.outputs[0].name],
+        size=attrs.size,
+        alpha=attrs.alpha,
+        beta=attrs.beta,
+        bias=attrs.bias,
+    )
+
+
+@exporter("sparse_dense")
+def _sparse_dense(export: Exporter, node: Node) -> None:
+    attrs = node.attrs
+    assert isinstance(attrs, SparseDenseAttrs)
+    x, *bsr = node.inputs
+    arrays = [export.param_array(v) for v in bsr]
+    if any(array is None for array in arrays):
+        raise _unsupported(node, "its BSR weight must be params to be densified for ONNX")
+    data, indices, indptr = (np.asarray(array) for array in arrays)
+    weight = dense_from_bsr(data, indices, indptr, attrs)
+    # ONNX has no block-sparse op: the densified W[N, K], transposed for MatMul.
+    transposed = export.constant(weight.T, f"{node.name}/dense_weight")
+    export.emit("MatMul", [export.name(x), transposed], [node.outputs[0].name])
+
+
+@exporter("resize")
+def _resize(export: Exporter, node: Node) -> None:
+    attrs = node.attrs
+    assert isinstance(attrs, ResizeAttrs)
+    mode = attrs.coordinate_transformation_mode
+    if mode == "half_pixel_symmetric" and export.opset < 19:
+        raise _unsupported(node, "half_pixel_symmetric needs ONNX opset 19 or later")
+    if mode == "tf_half_pixel_for_nn":
+        raise _unsupported(node, "ONNX dropped tf_half_pixel_for_nn in opset 13")
+    x = node.inputs[0]
+    scales_or_sizes = _resize_shape_inputs(export, node, x.shape, attrs)
+    export.emit(
+        "Resize",
+        [export.name(x), "", *scales_or_sizes],
+        [node.outputs[0].name],
+        mode=attrs.mode,
+        coordinate_transformation_mode=mode,
+        nearest_mode=attrs.nearest_mode,
+        cubic_coeff_a=attrs.cubic_coeff_a,
+        exclude_outside=int(attrs.exclude_outside),
+    )
+
+
+def _resize_shape_inputs(
+    export: Exporter, node: Node, in_shape: tuple[int, ...], attrs: ResizeAttrs
+) -> list[str]:
+    """Resize's (scales, sizes) inputs that make ONNX Runtime use Ember's scales.
+
+    Given sizes, ONNX takes the scale as out / in; given scales, it takes the output
+    size as in * scale rounded down, a product that float rounding can put just below
+    an integer (5 * 1.4 = 6.99...). So sizes when Ember's scales are out / in, scales
+    when their product is safely the size, and an error otherwise."""
+    scales = np.asarray(attrs.scales, dtype=np.float32)
+    sizes = np.asarray(attrs.sizes, dtype=np.int64)
+    if np.array_equal(sizes.astype(np.float32) / np.asarray(in_shape, np.float32), scales):
+        return ["", export.ints(attrs.sizes, f"{node.name}/sizes")]
+    products = [
+        np.asarray(in_shape, dtype) * scales.astype(dtype) for dtype in (np.float32, np.float64)
+    ]
+    if all(np.array_equal(np.floor(product).astype(np.int64), sizes) for product in products):
+        return [export.constant(scales, f"{node.name}/scales")]
+    raise _unsupported(
+        node, f"scales {attrs.scales} and sizes {attrs.sizes} cannot both be kept in ONNX"
+    )

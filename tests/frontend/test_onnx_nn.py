@@ -1,0 +1,410 @@
+"""ONNX neural-network converters against ONNX Runtime, across opsets and attribute
+forms (auto_pad, output_shape, optional inputs), plus the errors a user sees for what
+Ember does not import."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from ember.errors import UnsupportedOperatorError
+from ember.frontend import from_onnx
+from ember.testing.oracle import check_against_onnxruntime
+
+RNG = np.random.default_rng(11)
+
+
+def _random(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _model(
+    nodes: list[onnx.NodeProto],
+    inputs: dict[str, np.ndarray],
+    outputs: list[str],
+    opset: int,
+    constants: dict[str, np.ndarray] | None = None,
+) -> onnx.ModelProto:
+    """Typed graph inputs (from example arrays), initializers, untyped outputs."""
+    graph = helper.make_graph(
+        nodes,
+        "test",
+        [
+            helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape
+            )
+            for name, array in inputs.items()
+        ],
+        [helper.make_value_info(name, onnx.TypeProto()) for name in outputs],
+        [numpy_helper.from_array(np.asarray(a), name) for name, a in (constants or {}).items()],
+    )
+    opsets = [helper.make_opsetid("", opset)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = helper.find_min_ir_version_for(opsets)
+    if model.ir_version < 4:
+        # Before IR version 4 every initializer was also listed as a graph input.
+        model.graph.input.extend(
+            helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.shape(a)
+            )
+            for name, a in (constants or {}).items()
+        )
+    # ONNX's shape inference types the outputs, as an exporter would.
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+
+def _check(
+    op_type: str,
+    x: np.ndarray,
+    opset: int,
+    constants: dict[str, np.ndarray] | None = None,
+    input_names: list[str] | None = None,
+    **attributes: object,
+) -> dict[str, np.ndarray]:
+    """One node reading graph input `x` then the constants (or `input_names`, where
+    "" skips an optional input)."""
+    names = input_names if input_names is not None else ["x", *(constants or {})]
+    node = helper.make_node(op_type, names, ["y"], **attributes)
+    model = _model([node], {"x": x}, ["y"], opset, constants)
+    return check_against_onnxruntime(model, {"x": x})
+
+
+def _ops(model: onnx.ModelProto) -> list[str]:
+    graph, _ = from_onnx(model)
+    return [node.op for node in graph.nodes]
+
+
+def _unsupported(
+    op_type: str,
+    x: np.ndarray,
+    opset: int,
+    constants: dict[str, np.ndarray] | None = None,
+    outputs: int = 1,
+    input_names: list[str] | None = None,
+    **attributes: object,
+) -> str:
+    names = input_names if input_names is not None else ["x", *(constants or {})]
+    output_names = [f"y{i}" for i in range(outputs)]
+    node = helper.make_node(op_type, names, output_names, name="n", **attributes)
+    model = _model([node], {"x": x}, output_names, opset, constants)
+    with pytest.raises(UnsupportedOperatorError) as info:
+        from_onnx(model)
+    return str(info.value)
+
+
+# -- Conv / ConvTranspose ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("auto_pad", ["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"])
+@pytest.mark.parametrize("opset", [7, 11])
+def test_conv_auto_pad_and_bias(auto_pad: str, opset: int) -> None:
+    x = _random(2, 4, 9, 8)
+    constants = {"w": _random(6, 2, 3, 4), "b": _random(6)}
+    pads = {"pads": [1, 0, 2, 1]} if auto_pad == "NOTSET" else {}
+    _check(
+        "Conv",
+        x,
+        opset,
+        constants,
+        auto_pad=auto_pad,
+        strides=[2, 3],
+        group=2,
+        dilations=[1, 2] if auto_pad == "NOTSET" else [1, 1],
+        **pads,
+    )
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "attributes"),
+    [
+        ((1, 3, 11), (5, 3, 3), {"strides": [2], "pads": [1, 2], "kernel_shape": [3]}),
+        ((1, 2, 4, 5, 6), (3, 2, 2, 3, 2), {"auto_pad": "SAME_UPPER", "strides": [1, 2, 2]}),
+        ((1, 6, 7, 7), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),  # depthwise
+    ],
+)
+def test_conv_ranks_and_groups(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], attributes: dict[str, object]
+) -> None:
+    _check("Conv", _random(*x_shape), 13, {"w": _random(*w_shape)}, **attributes)
+
+
+def test_conv_graph_is_conv_then_bias_add() -> None:
+    x = _random(1, 3, 5, 5)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    constants = {"w": _random(4, 3, 3, 3), "b": _random(4)}
+    assert _ops(_model([node], {"x": x}, ["y"], 13, constants)) == ["conv", "add"]
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"strides": [2, 2], "pads": [1, 0, 0, 1], "output_padding": [1, 0]},
+        {"strides": [2, 3], "dilations": [2, 1], "group": 2},
+        {"strides": [2, 2], "output_shape": [10, 9]},
+        {"strides": [2, 2], "output_shape": [12, 10]},  # longer: zeros at the end
+        {"strides": [2, 2], "output_shape": [10, 9], "auto_pad": "SAME_UPPER"},
+        {"strides": [3, 2], "auto_pad": "SAME_UPPER"},
+        {"strides": [3, 2], "auto_pad": "SAME_LOWER"},
+        {"strides": [2, 2], "auto_pad": "VALID", "output_padding": [1, 1]},
+    ],
+)
+def test_conv_transpose(attributes: dict[str, object]) -> None:
+    x = _random(2, 4, 5, 4)
+    groups = 2 if attributes.get("group") == 2 else 1
+    constants = {"w": _random(4, 3, 3, 3), "b": _random(3 * groups)}
+    _check("ConvTranspose", x, 11, constants, **attributes)
+
+
+def test_conv_transpose_1d_and_3d() -> None:
+    _check("ConvTranspose", _random(1, 2, 6), 13, {"w": _random(2, 3, 4)}, strides=[3], pads=[1, 2])
+    _check(
+        "ConvTranspose",
+        _random(1, 2, 3, 3, 2),
+        13,
+        {"w": _random(2, 2, 2, 2, 3)},
+        strides=[2, 1, 2],
+    )
+
+
+# -- pooling ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opset", [7, 10, 12, 19])
+@pytest.mark.parametrize("op_type", ["MaxPool", "AveragePool"])
+def test_pool_across_opsets(op_type: str, opset: int) -> None:
+    attributes: dict[str, object] = {
+        "kernel_shape": [3, 2],
+        "strides": [2, 2],
+        "pads": [1, 0, 1, 1],
+    }
+    if opset >= 10:
+        attributes["ceil_mode"] = 1
+    if opset >= 19 or (op_type == "MaxPool" and opset >= 10):
+        attributes["dilations"] = [1, 2]
+    if op_type == "AveragePool":
+        attributes["count_include_pad"] = 1
+    _check(op_type, _random(2, 3, 8, 9), opset, **attributes)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+def test_pool_auto_pad(auto_pad: str) -> None:
+    x = _random(1, 2, 7, 6)
+    _check("MaxPool", x, 11, kernel_shape=[3, 2], strides=[2, 2], auto_pad=auto_pad)
+    _check("AveragePool", x, 11, kernel_shape=[2, 3], strides=[2, 3], auto_pad=auto_pad)
+
+
+def test_pools_1d_3d_and_global() -> None:
+    _check("MaxPool", _random(1, 2, 9), 12, kernel_shape=[3], strides=[2], pads=[1, 1])
+    _check("AveragePool", _random(1, 2, 4, 5, 6), 11, kernel_shape=[2, 2, 3], strides=[2, 2, 2])
+    for shape in [(2, 3, 5), (1, 4, 3, 5), (1, 2, 3, 2, 4)]:
+        _check("GlobalAveragePool", _random(*shape), 13)
+        _check("GlobalMaxPool", _random(*shape), 13)
+
+
+def test_max_pool_indices_are_unsupported_when_used() -> None:
+    x = _random(1, 1, 4, 4)
+    message = _unsupported("MaxPool", x, 12, outputs=2, kernel_shape=[2, 2])
+    assert message == (
+        "node 'n' (MaxPool): Ember's converter does not produce output #1 ('y1'), which "
+        "the model uses"
+    )
+    # Declared but unused, the Indices output is harmless.
+    node = helper.make_node("MaxPool", ["x"], ["y", "indices"], kernel_shape=[2, 2])
+    check_against_onnxruntime(_model([node], {"x": x}, ["y"], 12), {"x": x})
+
+
+# -- normalisation --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opset", [7, 9, 14, 15])
+def test_batch_norm_across_opsets(opset: int) -> None:
+    constants = {
+        "scale": _random(3),
+        "bias": _random(3),
+        "mean": _random(3),
+        "var": RNG.uniform(0.5, 2, 3).astype(np.float32),
+    }
+    _check("BatchNormalization", _random(2, 3, 4, 5), opset, constants, epsilon=1e-3)
+
+
+def test_batch_norm_training_is_unsupported() -> None:
+    constants = {"s": _random(3), "b": _random(3), "m": _random(3), "v": _random(3) ** 2}
+    message = _unsupported(
+        "BatchNormalization", _random(2, 3, 4), 15, constants, outputs=3, training_mode=1
+    )
+    assert message == (
+        "node 'n' (BatchNormalization): training_mode=1 is not supported; export the model "
+        "in eval mode"
+    )
+    # Opset 9 with the statistics outputs of training (typed by hand:
+    # ONNX's shape inference leaves them untyped).
+    statistics = ["mean", "var", "saved_mean", "saved_var"]
+    node = helper.make_node("BatchNormalization", ["x", *constants], ["y", *statistics], name="n")
+    model = _model([node], {"x": _random(2, 3, 4)}, ["y"], 9, constants)
+    model.graph.output.extend(
+        helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [3]) for name in statistics
+    )
+    with pytest.raises(UnsupportedOperatorError) as info:
+        from_onnx(model)
+    assert str(info.value) == (
+        "node 'n' (BatchNormalization): the mean and variance outputs of training mode are "
+        "not supported; Ember imports inference graphs (export the model in eval mode)"
+    )
+
+
+def test_instance_and_layer_norm() -> None:
+    for shape in [(2, 3, 7), (1, 4, 3, 5)]:
+        constants = {"s": _random(shape[1]), "b": _random(shape[1])}
+        _check("InstanceNormalization", _random(*shape), 7, constants, epsilon=1e-3)
+    x = _random(2, 3, 4)
+    _check("LayerNormalization", x, 17, {"s": _random(4), "b": _random(4)})
+    _check("LayerNormalization", x, 17, {"s": _random(3, 4)}, axis=-2, epsilon=1e-3)
+    _check("LayerNormalization", x, 17, {"s": _random(3, 4), "b": _random(3, 4)}, axis=1)
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+def test_layer_norm_mean_and_inverse_deviation_outputs(axis: int) -> None:
+    x = _random(2, 3, 4)
+    node = helper.make_node(
+        "LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv_std"], axis=axis
+    )
+    constants = {"s": _random(*x.shape[axis:]), "b": _random(*x.shape[axis:])}
+    model = _model([node], {"x": x}, ["y", "mean", "inv_std"], 17, constants)
+    check_against_onnxruntime(model, {"x": x})
+
+
+def test_lrn() -> None:
+    _check("LRN", _random(2, 6, 3, 3), 13, size=3, alpha=1e-3, beta=0.5, bias=2.0)
+
+
+# -- Gemm / MatMul ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize(("alpha", "beta"), [(1.0, 1.0), (0.5, 2.0)])
+@pytest.mark.parametrize("c_shape", [(6,), (1, 6), (4, 6), ()])
+def test_gemm_with_constant_b_becomes_dense(
+    trans_b: int, alpha: float, beta: float, c_shape: tuple[int, ...]
+) -> None:
+    b = _random(6, 5) if trans_b else _random(5, 6)
+    constants = {"b": b, "c": _random(*c_shape)}
+    x = _random(4, 5)
+    _check("Gemm", x, 13, constants, transB=trans_b, alpha=alpha, beta=beta)
+    node = helper.make_node("Gemm", ["x", "b", "c"], ["y"], transB=trans_b, alpha=alpha, beta=beta)
+    assert _ops(_model([node], {"x": x}, ["y"], 13, constants))[0] == "dense"
+
+
+@pytest.mark.parametrize("opset", [7, 11, 13])
+def test_gemm_with_computed_b_and_transposes(opset: int) -> None:
+    a, b, c = _random(5, 3), _random(4, 5), _random(4)
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, transB=1, alpha=2.0, beta=0.5)
+    inputs = {"a": a, "b": b, "c": c}
+    model = _model([node], inputs, ["y"], opset)
+    check_against_onnxruntime(model, inputs)
+    assert "matmul" in _ops(model)
+
+
+def test_gemm_without_c_and_matmul() -> None:
+    _check("Gemm", _random(3, 4), 11, {"b": _random(4, 2)}, input_names=["x", "b"])
+    a, b = _random(2, 3, 4), _random(4, 5)
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    check_against_onnxruntime(_model([node], {"a": a, "b": b}, ["y"], 13), {"a": a, "b": b})
+
+
+# -- Softmax ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize(("opset", "axis"), [(11, None), (11, 0), (11, -1), (13, None), (13, 1)])
+def test_softmax_axis_semantics(op_type: str, opset: int, axis: int | None) -> None:
+    # Opset 11 normalises over every axis from `axis` on; opset 13 over `axis` alone.
+    attributes = {} if axis is None else {"axis": axis}
+    _check(op_type, _random(2, 3, 4) * 3, opset, **attributes)
+
+
+# -- Resize / Upsample -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_opset_10(mode: str) -> None:
+    x = _random(1, 2, 3, 4)
+    _check("Resize", x, 10, {"scales": np.array([1, 1, 2, 1.5], np.float32)}, mode=mode)
+    if mode == "nearest":
+        # Downsampling: before opset 11 ONNX Runtime rounds source indices up.
+        _check("Resize", x, 10, {"scales": np.array([1, 1, 0.5, 0.5], np.float32)}, mode=mode)
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18, 19])
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_scales_or_sizes(opset: int, mode: str) -> None:
+    x = _random(1, 2, 5, 4)
+    empty = np.array([], np.float32)
+    roi = np.array([], np.float32)
+    scales = {"roi": roi, "scales": np.array([1, 1, 2, 1.5], np.float32)}
+    _check("Resize", x, opset, scales, mode=mode, coordinate_transformation_mode="align_corners")
+    sizes = {"roi": roi, "scales": empty, "sizes": np.array([1, 2, 7, 8], np.int64)}
+    _check(
+        "Resize", x, opset, sizes, mode=mode, coordinate_transformation_mode="pytorch_half_pixel"
+    )
+    if opset >= 13:
+        # Empty names skip roi and scales.
+        sizes_only = {"sizes": np.array([1, 2, 8, 6], np.int64)}
+        _check("Resize", x, opset, sizes_only, input_names=["x", "", "", "sizes"], mode=mode)
+
+
+@pytest.mark.parametrize("policy", ["stretch", "not_larger", "not_smaller"])
+def test_resize_opset_18_axes_and_aspect_ratio(policy: str) -> None:
+    x = _random(1, 2, 4, 6)
+    constants = {"sizes": np.array([7, 8], np.int64)}
+    _check(
+        "Resize",
+        x,
+        18,
+        constants,
+        input_names=["x", "", "", "sizes"],
+        axes=[2, 3],
+        keep_aspect_ratio_policy=policy,
+        mode="linear",
+    )
+    scales = {"scales": np.array([2.5], np.float32)}
+    _check("Resize", x, 18, scales, input_names=["x", "", "scales"], axes=[-1], mode="nearest")
+
+
+def test_resize_opset_19_half_pixel_symmetric() -> None:
+    _check(
+        "Resize",
+        _random(1, 1, 4, 6),
+        19,
+        {"sizes": np.array([1, 1, 8, 10], np.int64)},
+        input_names=["x", "", "", "sizes"],
+        coordinate_transformation_mode="half_pixel_symmetric",
+        mode="linear",
+    )
+
+
+def test_resize_unsupported_forms() -> None:
+    x = _random(1, 1, 4, 4)
+    roi = np.array([0, 0, 0.1, 0.1, 1, 1, 0.9, 0.9], np.float32)
+    constants = {"roi": roi, "scales": np.array([1, 1, 2, 2], np.float32)}
+    message = _unsupported(
+        "Resize", x, 13, constants, coordinate_transformation_mode="tf_crop_and_resize"
+    )
+    assert message.startswith(
+        "node 'n' (Resize): coordinate_transformation_mode 'tf_crop_and_resize' is not supported"
+    )
+    message = _unsupported("Resize", x, 18, constants, antialias=1, mode="linear")
+    assert message == "node 'n' (Resize): antialias=1 is not supported"
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], name="n")
+    model = _model([node], {"x": x, "s": np.ones(4, np.float32)}, ["y"], 13)
+    with pytest.raises(UnsupportedOperatorError) as info:
+        from_onnx(model)
+    assert "input #2 (scales) must be a constant" in str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample_opsets_7_and_9(mode: str) -> None:
+    x = _random(1, 2, 3, 4)
+    _check("Upsample", x, 7, mode=mode, scales=[1.0, 1.0, 2.0, 3.0])
+    _check("Upsample", x, 9, {"scales": np.array([1, 1, 3, 2], np.float32)}, mode=mode)

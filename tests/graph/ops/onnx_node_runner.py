@@ -1,0 +1,73 @@
+"""Shared by the nn op tests: run one ONNX op in ONNX Runtime, compare, count MACs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from ember.errors import ShapeError
+from ember.graph.builder import GraphBuilder
+from ember.graph.ir import TensorType
+from ember.graph.ops import infer_types, node_macs
+from ember.testing.oracle import ATOL, RTOL, run_onnxruntime
+
+RNG = np.random.default_rng(7)
+F32 = "float32"
+
+
+def random_array(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _tensor_dtype(array: np.ndarray) -> int:
+    return helper.np_dtype_to_tensor_dtype(array.dtype)
+
+
+def run_onnx_node(
+    op_type: str,
+    inputs: Mapping[str, np.ndarray],
+    opset: int = 19,
+    node_inputs: Sequence[str] | None = None,
+    **attributes: object,
+) -> np.ndarray:
+    """Run one ONNX op in ONNX Runtime; every input is a graph input. `node_inputs`
+    names the node's inputs in order ("" for an absent optional one) when they are
+    not simply the keys of `inputs`."""
+    names = list(inputs) if node_inputs is None else list(node_inputs)
+    node = helper.make_node(op_type, names, ["y"], **attributes)
+    graph = helper.make_graph(
+        [node],
+        "single",
+        [
+            helper.make_tensor_value_info(name, _tensor_dtype(array), array.shape)
+            for name, array in inputs.items()
+        ],
+        # These ops keep the dtype of their first input; the shape is left to ORT.
+        [helper.make_tensor_value_info("y", _tensor_dtype(next(iter(inputs.values()))), None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    return run_onnxruntime(model, dict(inputs))["y"]
+
+
+def assert_close(actual: np.ndarray, expected: np.ndarray) -> None:
+    assert actual.shape == expected.shape, f"{actual.shape} != {expected.shape}"
+    assert actual.dtype == expected.dtype
+    np.testing.assert_allclose(actual, expected, rtol=RTOL, atol=ATOL)
+
+
+def type_error(op: str, types: list[TensorType], attrs: object) -> str:
+    with pytest.raises(ShapeError) as info:
+        infer_types(op, types, attrs)  # type: ignore[arg-type]
+    return str(info.value)
+
+
+def count_macs(op: str, inputs: list[TensorType], attrs: object) -> int:
+    builder = GraphBuilder()
+    values = [builder.input(f"x{i}", t.shape, t.dtype) for i, t in enumerate(inputs)]
+    out = builder.add(op, values, attrs)  # type: ignore[arg-type]
+    graph, _ = builder.build([out])
+    return node_macs(graph.nodes[0])

@@ -1,0 +1,301 @@
+"""fuse: expected groups, a sound partition, the printout, and equal results."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from ember.errors import GraphError
+from ember.graph import Graph, GraphBuilder, Value, interpret, verify
+from ember.graph.ops.attrs import (
+    AxisAttrs,
+    ConvAttrs,
+    LayoutAttrs,
+    PadAttrs,
+    ReduceAttrs,
+    ReshapeAttrs,
+    SplitAttrs,
+    TopKAttrs,
+    TransposeAttrs,
+)
+from ember.graph.passes.convert_layout import convert_layout
+from ember.graph.passes.fuse import (
+    FusedGraph,
+    GroupKind,
+    check_fused,
+    fuse,
+    interpret_fused,
+)
+from ember.testing.oracle import assert_allclose
+from ember.testing.workloads import get_workload
+
+Params = dict[str, np.ndarray]
+
+CONV_3X3 = ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1)
+PAD_HW = PadAttrs((0, 0, 1, 1, 0, 0, 1, 1))
+
+
+def weight(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+def random_inputs(graph: Graph) -> dict[str, np.ndarray]:
+    generator = np.random.default_rng(0)
+    return {v.name: generator.standard_normal(v.shape).astype(v.dtype) for v in graph.inputs}
+
+
+def padded_conv(b: GraphBuilder, x: Value, index: int) -> Value:
+    """pad -> conv -> add(bias): how an exporter may spell a 'same' conv."""
+    channels = x.shape[1]
+    padded = b.add("pad", [x], PAD_HW, name=f"pad{index}")
+    w = b.param(f"w{index}", weight((channels, channels, 3, 3), index))
+    y = b.add("conv", [padded, w], CONV_3X3, name=f"conv{index}")
+    return b.add(
+        "add", [y, b.param(f"b{index}", weight((channels, 1, 1), 10 + index))], name=f"bias{index}"
+    )
+
+
+def resnet_block() -> tuple[Graph, Params]:
+    b = GraphBuilder()
+    x = b.input("x", (1, 4, 6, 6))
+    y = b.add("relu", [padded_conv(b, x, 1)], name="relu1")
+    y = b.add("add", [padded_conv(b, y, 2), x], name="residual")
+    y = b.add("relu", [y], name="relu2")
+    y = b.add("global_avg_pool", [y], LayoutAttrs(), name="gap")
+    y = b.add("reshape", [y], ReshapeAttrs((1, 4)), name="flatten")
+    y = b.add("dense", [y, b.param("fc_w", weight((3, 4), 5))], name="fc")
+    y = b.add("add", [y, b.param("fc_b", weight((3,), 6))], name="fc_bias")
+    y = b.add("softmax", [y], AxisAttrs(1), name="prob")
+    return b.build([y])
+
+
+def membership(fused: FusedGraph) -> list[tuple[str, list[str]]]:
+    return [(group.name, [node.name for node in group.nodes]) for group in fused.groups]
+
+
+def assert_sound(graph: Graph, params: Params, fused: FusedGraph) -> None:
+    """Independently of `check_fused`: a partition in a valid order computing the same."""
+    names = [node.name for group in fused.groups for node in group.nodes]
+    assert sorted(names) == sorted(node.name for node in graph.nodes)  # each exactly once
+    computed = {value.name for value in (*graph.inputs, *graph.params)}
+    for group in fused.groups:
+        assert {value.name for value in group.inputs} <= computed, group.name
+        verify(group.as_graph(), fused.group_params(group))
+        computed |= {value.name for value in group.outputs}
+    check_fused(fused)
+    inputs = random_inputs(graph)
+    assert_allclose(interpret_fused(fused, inputs), interpret(graph, params, inputs))
+
+
+def test_resnet_block_groups() -> None:
+    graph, params = resnet_block()
+    fused = fuse(graph, params)
+    assert membership(fused) == [
+        ("pad_conv_add_relu", ["pad1", "conv1", "bias1", "relu1"]),
+        ("pad_conv_add_add_relu", ["pad2", "conv2", "bias2", "residual", "relu2"]),
+        ("global_avg_pool", ["gap"]),
+        ("reshape", ["flatten"]),
+        ("dense_add", ["fc", "fc_bias"]),
+        ("softmax", ["prob"]),
+    ]
+    kinds = [(group.kind, group.anchor.name if group.anchor else None) for group in fused.groups]
+    assert kinds == [
+        (GroupKind.ANCHOR, "conv1"),
+        (GroupKind.ANCHOR, "conv2"),
+        (GroupKind.ANCHOR, "gap"),
+        (GroupKind.INJECTIVE, None),
+        (GroupKind.ANCHOR, "fc"),
+        (GroupKind.ANCHOR, "prob"),
+    ]
+    second = fused.groups[1]
+    assert [v.name for v in second.inputs] == ["relu1", "w2", "b2", "x"]
+    assert [v.name for v in second.params] == ["w2", "b2"]
+    assert [v.name for v in second.outputs] == ["relu2"]
+    assert_sound(graph, params, fused)
+
+
+def test_printout_shows_each_group_and_its_nodes() -> None:
+    graph, params = resnet_block()
+    text = str(fuse(graph, params))
+    expected = """
+        fused graph main: 14 nodes in 6 groups
+        group 0 pad_conv_add_relu (anchor conv): %x, %w1, %b1 -> %relu1
+          %pad1 = pad(%x) {pads=[0, 0, 1, 1, 0, 0, 1, 1], mode="constant", value=0.0} : float32[1, 4, 8, 8]
+          %conv1 = conv(%pad1, %w1) {strides=[1, 1], padding=[0, 0, 0, 0], dilations=[1, 1], groups=1, layout="NCHW", kernel_layout="OIHW"} : float32[1, 4, 6, 6]
+          %bias1 = add(%conv1, %b1) : float32[1, 4, 6, 6]
+          %relu1 = relu(%bias1) : float32[1, 4, 6, 6]
+        group 1 pad_conv_add_add_relu (anchor conv): %relu1, %w2, %b2, %x -> %relu2
+          %pad2 = pad(%relu1) {pads=[0, 0, 1, 1, 0, 0, 1, 1], mode="constant", value=0.0} : float32[1, 4, 8, 8]
+          %conv2 = conv(%pad2, %w2) {strides=[1, 1], padding=[0, 0, 0, 0], dilations=[1, 1], groups=1, layout="NCHW", kernel_layout="OIHW"} : float32[1, 4, 6, 6]
+          %bias2 = add(%conv2, %b2) : float32[1, 4, 6, 6]
+          %residual = add(%bias2, %x) : float32[1, 4, 6, 6]
+          %relu2 = relu(%residual) : float32[1, 4, 6, 6]
+        group 2 global_avg_pool (anchor global_avg_pool): %relu2 -> %gap
+          %gap = global_avg_pool(%relu2) {layout="NCHW"} : float32[1, 4, 1, 1]
+        group 3 reshape (injective): %gap -> %flatten
+          %flatten = reshape(%gap) {shape=[1, 4]} : float32[1, 4]
+        group 4 dense_add (anchor dense): %flatten, %fc_w, %fc_b -> %fc_bias
+          %fc = dense(%flatten, %fc_w) : float32[1, 3]
+          %fc_bias = add(%fc, %fc_b) : float32[1, 3]
+        group 5 softmax (anchor softmax): %fc_bias -> %prob
+          %prob = softmax(%fc_bias) {axis=1} : float32[1, 3]
+        """  # noqa: E501
+    assert text == textwrap.dedent(expected).strip()
+
+
+def test_group_subgraph_is_self_contained() -> None:
+    graph, params = resnet_block()
+    fused = fuse(graph, params)
+    group = fused.groups[1]
+    subgraph = group.as_graph()
+    assert [v.name for v in subgraph.inputs] == ["relu1", "x"]
+    assert [v.name for v in subgraph.params] == ["w2", "b2"]
+    assert sorted(fused.group_params(group)) == ["b2", "w2"]
+    verify(subgraph, fused.group_params(group))
+    assert fused.group_of("residual") is group
+
+
+def test_chain_stops_at_a_value_read_twice_or_output() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (1, 3, 5, 5))
+    conv = b.add("conv", [x, b.param("w", weight((3, 3, 3, 3)))], CONV_3X3, name="conv")
+    shared = b.add("relu", [conv], name="shared")  # read twice: the chain ends here
+    left = b.add("sigmoid", [shared], name="left")
+    right = b.add("tanh", [shared], name="right")
+    exposed = b.add("add", [left, right], name="exposed")  # a graph output: ends too
+    after = b.add("negative", [exposed], name="after")
+    graph, params = b.build([exposed, after])
+    fused = fuse(graph, params)
+    # sigmoid_add starts first but reads tanh's output, so it runs after it.
+    assert membership(fused) == [
+        ("conv_relu", ["conv", "shared"]),
+        ("tanh", ["right"]),
+        ("sigmoid_add", ["left", "exposed"]),
+        ("negative", ["after"]),
+    ]
+    assert fused.groups[2].outputs == (exposed,)
+    assert_sound(graph, params, fused)
+
+
+def test_epilogue_never_enlarges_the_anchor_output() -> None:
+    # Squeeze-and-excitation: the pooled [N,C,1,1] gate multiplies the [N,C,H,W] input.
+    b = GraphBuilder()
+    x = b.input("x", (1, 4, 5, 5))
+    gate = b.add("global_avg_pool", [x], LayoutAttrs(), name="squeeze")
+    gate = b.add("sigmoid", [gate], name="gate")
+    y = b.add("multiply", [x, gate], name="excite")
+    graph, params = b.build([y])
+    fused = fuse(graph, params)
+    assert membership(fused) == [
+        ("global_avg_pool_sigmoid", ["squeeze", "gate"]),
+        ("multiply", ["excite"]),
+    ]
+    assert_sound(graph, params, fused)
+
+
+def test_injective_ops_fuse_together_but_not_after_an_anchor() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (2, 3, 4))
+    y = b.add("softmax", [x], AxisAttrs(2), name="soft")
+    y = b.add("transpose", [y], TransposeAttrs((0, 2, 1)), name="swap")  # injective
+    y = b.add("reshape", [y], ReshapeAttrs((2, 12)), name="flat")
+    y = b.add("exp", [y], name="exp")  # elementwise joins the injective group
+    graph, params = b.build([y])
+    fused = fuse(graph, params)
+    assert membership(fused) == [
+        ("softmax", ["soft"]),
+        ("transpose_reshape_exp", ["swap", "flat", "exp"]),
+    ]
+    assert [group.kind for group in fused.groups] == [GroupKind.ANCHOR, GroupKind.INJECTIVE]
+    assert_sound(graph, params, fused)
+
+
+def test_opaque_ops_stay_alone() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (2, 6))
+    y = b.add("relu", [x], name="relu")
+    values, indices = b.add_multi("topk", [y], TopKAttrs(2, 1), name="top")
+    z = b.add("exp", [values], name="exp")
+    graph, params = b.build([z, indices])
+    fused = fuse(graph, params)
+    assert membership(fused) == [("relu", ["relu"]), ("topk", ["top"]), ("exp", ["exp"])]
+    assert fused.groups[1].kind == GroupKind.OPAQUE
+    assert_sound(graph, params, fused)
+
+
+def test_join_that_would_make_a_cycle_is_refused() -> None:
+    # The split's second half goes through a reduction (its own group, which depends on
+    # the split's group) and comes back: adding `join` to the split's group would need
+    # the reduction both before and after that group. Nor can `join` be the reduction's
+    # epilogue, as it broadcasts the [2, 1] sum up to [2, 4].
+    b = GraphBuilder()
+    x = b.input("x", (2, 8))
+    first, second = b.add_multi("split", [x], SplitAttrs(1, (4, 4)), name="split")
+    total = b.add("reduce_sum", [second], ReduceAttrs((1,)), name="total")
+    y = b.add("add", [first, total], name="join")
+    graph, params = b.build([y])
+    fused = fuse(graph, params)
+    assert membership(fused) == [
+        ("split", ["split"]),
+        ("reduce_sum", ["total"]),
+        ("add", ["join"]),
+    ]
+    assert_sound(graph, params, fused)
+
+
+def test_epilogue_waits_for_an_operand_computed_later() -> None:
+    # The residual branch is computed after conv_a's group starts; the add still joins
+    # conv_a's group, which must then run after the branch's group.
+    b = GraphBuilder()
+    x = b.input("x", (1, 2, 5, 5))
+    a = b.add("conv", [x, b.param("wa", weight((2, 2, 3, 3), 1))], CONV_3X3, name="conv_a")
+    c = b.add("conv", [x, b.param("wc", weight((2, 2, 3, 3), 2))], CONV_3X3, name="conv_c")
+    y = b.add("add", [a, c], name="sum")
+    graph, params = b.build([y])
+    fused = fuse(graph, params)
+    assert membership(fused) == [("conv", ["conv_c"]), ("conv_add", ["conv_a", "sum"])]
+    assert_sound(graph, params, fused)
+
+
+def test_reflect_pad_and_shared_pad_are_not_prologues() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (1, 2, 5, 5))
+    reflected = b.add("pad", [x], PadAttrs(PAD_HW.pads, "reflect"), name="reflect")
+    y = b.add("conv", [reflected, b.param("w", weight((2, 2, 3, 3)))], CONV_3X3, name="conv")
+    shared = b.add("pad", [y], PAD_HW, name="shared_pad")
+    z = b.add("conv", [shared, b.param("v", weight((2, 2, 3, 3), 1))], CONV_3X3, name="conv_z")
+    graph, params = b.build([z, shared])
+    fused = fuse(graph, params)
+    assert membership(fused) == [
+        ("pad", ["reflect"]),
+        ("conv", ["conv"]),
+        ("pad_1", ["shared_pad"]),
+        ("conv_1", ["conv_z"]),
+    ]
+    assert_sound(graph, params, fused)
+
+
+@pytest.mark.parametrize("name", ["resnet-18", "mobilenet"])
+def test_built_in_networks_fuse_soundly(name: str) -> None:
+    graph, params = get_workload(name, image_shape=(3, 32, 32), num_classes=10)
+    graph, params = convert_layout(graph, params)
+    fused = fuse(graph, params)
+    anchors = sum(1 for node in graph.nodes if node.op in ("conv", "dense", "softmax"))
+    assert sum(1 for group in fused.groups if group.anchor is not None) >= anchors
+    assert_sound(graph, params, fused)
+
+
+def test_check_fused_reports_a_bad_partition() -> None:
+    graph, params = resnet_block()
+    fused = fuse(graph, params)
+    missing = FusedGraph(graph, params, fused.groups[:-1])
+    with pytest.raises(GraphError, match=r"nodes \['prob'\] are in no group"):
+        check_fused(missing)
+    swapped = FusedGraph(graph, params, (fused.groups[1], fused.groups[0], *fused.groups[2:]))
+    with pytest.raises(GraphError, match=r"reads \['relu1'\] before they are computed"):
+        check_fused(swapped)
+    twice = FusedGraph(graph, params, (*fused.groups, fused.groups[-1]))
+    with pytest.raises(GraphError, match="node 'prob' is in groups 'softmax' and 'softmax'"):
+        check_fused(twice)

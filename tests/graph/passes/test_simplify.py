@@ -1,0 +1,240 @@
+"""simplify: golden before/after graphs for each rule, and a property test on chains."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ember.graph import GraphBuilder, interpret, verify
+from ember.graph.ops.attrs import CastAttrs, ReshapeAttrs, TransposeAttrs
+from ember.graph.passes import simplify
+from ember.graph.passes.rewrite import make_node
+from ember.graph.passes.simplify import RULES
+
+
+def test_chain_of_no_ops_collapses_to_one_reshape(check_pass) -> None:
+    b = GraphBuilder()
+    x = b.input("x", (2, 3, 4))
+    t = b.add("transpose", [x], TransposeAttrs((1, 2, 0)))
+    t = b.add("transpose", [t], TransposeAttrs((2, 0, 1)))
+    r = b.add("reshape", [t], ReshapeAttrs((6, 4)))
+    r = b.add("reshape", [r], ReshapeAttrs((24,)))
+    i = b.add("identity", [r])
+    c = b.add("cast", [i], CastAttrs("float32"))
+    y = b.add("multiply", [c, b.constant(np.ones((1,), "float32"))], name="y")
+    graph, params = b.build([y])
+    check_pass(
+        simplify,
+        graph,
+        params,
+        expected="""
+        graph main(%x: float32[2, 3, 4]) -> (%y: float32[24]) {
+          %y = reshape(%x) {shape=[24]} : float32[24]
+        }
+        """,
+    )
+
+
+def test_inverse_transposes_cancel_keeping_the_output_name(check_pass) -> None:
+    b = GraphBuilder()
+    x = b.input("x", (2, 3, 4))
+    t = b.add("transpose", [x], TransposeAttrs((2, 0, 1)))
+    y = b.add("transpose", [t], TransposeAttrs((1, 2, 0)), name="y")
+    graph, params = b.build([y])
+    # The output would be the graph input itself: an identity keeps the name `y`.
+    check_pass(
+        simplify,
+        graph,
+        params,
+        expected="""
+        graph main(%x: float32[2, 3, 4]) -> (%y: float32[2, 3, 4]) {
+          %y = identity(%x) : float32[2, 3, 4]
+        }
+        """,
+    )
+
+
+def test_transpose_with_other_readers_stays_and_the_pair_merges(check_pass) -> None:
+    b = GraphBuilder()
+    x = b.input("x", (2, 3, 4))
+    t = b.add("transpose", [x], TransposeAttrs((1, 0, 2)), name="t")
+    u = b.add("transpose", [t], TransposeAttrs((0, 2, 1)), name="u")
+    v = b.add("relu", [t], name="v")
+    graph, params = b.build([u, v])
+    check_pass(
+        simplify,
+        graph,
+        params,
+        expected="""
+        graph main(%x: float32[2, 3, 4]) -> (%u: float32[3, 4, 2], %v: float32[3, 2, 4]) {
+          %t = transpose(%x) {perm=[1, 0, 2]} : float32[3, 2, 4]
+          %u = transpose(%x) {perm=[1, 2, 0]} : float32[3, 4, 2]
+          %v = relu(%t) : float32[3, 2, 4]
+        }
+        """,
+    )
+
+
+def test_transpose_of_unit_axes_becomes_reshape_and_merges(check_pass) -> None:
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 1, 1))
+    t = b.add("transpose", [x], TransposeAttrs((0, 2, 3, 1)))
+    y = b.add("reshape", [t], ReshapeAttrs((1, 8)), name="y")
+    graph, params = b.build([y])
+    check_pass(
+        simplify,
+        graph,
+        params,
+        expected="""
+        graph main(%x: float32[1, 8, 1, 1]) -> (%y: float32[1, 8]) {
+          %y = reshape(%x) {shape=[1, 8]} : float32[1, 8]
+        }
+        """,
+    )
+
+
+def test_neutral_constants_are_dropped_unless_they_broadcast(check_pass) -> None:
+    b = GraphBuilder()
+    x = b.input("x", (2, 3))
+    zeros = b.param("zeros", np.zeros((3,), "float32"))
+    ones = b.param("ones", np.ones((2, 3), "float32"))
+    wide_ones = b.param("wide_ones", np.ones((4, 2, 3), "float32"))
+    a = b.add("add", [zeros, x], name="a")  # 0 + x -> x
+    s = b.add("subtract", [a, zeros], name="s")  # x - 0 -> x
+    m = b.add("multiply", [s, ones], name="m")  # x * 1 -> x
+    d = b.add("divide", [m, ones], name="d")  # x / 1 -> x
+    keep_zero_minus = b.add("subtract", [zeros, d], name="negated")  # 0 - x is not x
+    keep_broadcast = b.add("multiply", [d, wide_ones], name="widened")  # changes the shape
+    graph, params = b.build([keep_zero_minus, keep_broadcast])
+    check_pass(
+        simplify,
+        graph,
+        params,
+        expected="""
+        graph main(%x: float32[2, 3]) -> (%negated: float32[2, 3], %widened: float32[4, 2, 3]) {
+          param %zeros: float32[3]
+          param %wide_ones: float32[4, 2, 3]
+          %negated = subtract(%zeros, %x) : float32[2, 3]
+          %widened = multiply(%x, %wide_ones) : float32[4, 2, 3]
+        }
+        """,
+    )
+
+
+def test_casts_and_reshapes_that_change_the_type_stay(check_pass) -> None:
+    b = GraphBuilder()
+    x = b.input("x", (2, 3))
+    c = b.add("cast", [x], CastAttrs("float64"), name="c")
+    r = b.add("reshape", [c], ReshapeAttrs((3, 2)), name="r")
+    t = b.add("transpose", [r], TransposeAttrs((1, 0)), name="t")  # same type, not a no-op
+    graph, params = b.build([t])
+    before = str(graph)
+    new_graph, _ = check_pass(simplify, graph, params)
+    assert str(new_graph) == before
+
+
+def test_two_outputs_forwarded_to_one_value_keep_both_names(check_pass) -> None:
+    b = GraphBuilder()
+    x = b.input("x", (4,))
+    r = b.add("relu", [x], name="r")
+    y = b.add("identity", [r], name="y")
+    z = b.add("reshape", [r], ReshapeAttrs((4,)), name="z")
+    graph, params = b.build([y, z])
+    check_pass(
+        simplify,
+        graph,
+        params,
+        expected="""
+        graph main(%x: float32[4]) -> (%y: float32[4], %z: float32[4]) {
+          %y = relu(%x) : float32[4]
+          %z = identity(%y) : float32[4]
+        }
+        """,
+    )
+
+
+def test_dead_nodes_and_unused_params_are_removed(check_pass) -> None:
+    b = GraphBuilder()
+    x = b.input("x", (3,))
+    w = b.param("w", np.arange(3, dtype="float32"))
+    y = b.add("add", [x, w], name="y")
+    graph, params = b.build([y])
+    dead = make_node("exp", [y], name="dead")  # GraphBuilder would drop it already
+    graph = graph.replace(nodes=(*graph.nodes, dead))
+    new_graph, new_params = check_pass(simplify, graph, params)
+    assert [n.op for n in new_graph.nodes] == ["add"]
+    assert list(new_params) == ["w"]
+
+
+def test_every_rule_has_a_comment_line() -> None:
+    # The table is the documentation: one rule a line, each with its `# before -> after`.
+    # (`ember.graph.passes.simplify` is the function; the module is fetched by name.)
+    source = inspect.getsource(importlib.import_module("ember.graph.passes.simplify"))
+    table = source[source.index("RULES: tuple[Rule, ...] = (") :]
+    lines = [line for line in table.splitlines()[1 : len(RULES) + 1]]
+    assert all("Rule(" in line and "  # " in line and "->" in line for line in lines)
+
+
+# -- property: random chains of reshapes and transposes --------------------------
+
+
+@st.composite
+def chains(draw: st.DrawFn) -> list[tuple[str, tuple[int, ...]]]:
+    """A start shape and a list of (op, attribute) steps valid along the chain."""
+    shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=4)))
+    steps: list[tuple[str, tuple[int, ...]]] = [("input", shape)]
+    for _ in range(draw(st.integers(1, 6))):
+        if draw(st.booleans()):
+            perm = tuple(draw(st.permutations(range(len(shape)))))
+            steps.append(("transpose", perm))
+            shape = tuple(shape[axis] for axis in perm)
+        else:
+            shape = _random_factorisation(draw, math.prod(shape))
+            steps.append(("reshape", shape))
+    return steps
+
+
+def _random_factorisation(draw: st.DrawFn, size: int) -> tuple[int, ...]:
+    """A random shape with `size` elements (sizes here are products of 2s and 3s)."""
+    primes = []
+    remaining = size
+    for prime in (2, 3):
+        while remaining % prime == 0:
+            primes.append(prime)
+            remaining //= prime
+    dims = [1] * draw(st.integers(1, 4))
+    for prime in primes:
+        dims[draw(st.integers(0, len(dims) - 1))] *= prime
+    return tuple(dims)
+
+
+@settings(max_examples=60, deadline=None)
+@given(chains())
+def test_simplify_preserves_random_reshape_transpose_chains(steps) -> None:
+    b = GraphBuilder()
+    value = b.input("x", steps[0][1])
+    for op, attribute in steps[1:]:
+        attrs = TransposeAttrs(attribute) if op == "transpose" else ReshapeAttrs(attribute)
+        value = b.add(op, [value], attrs)
+    graph, params = b.build([value])
+    new_graph, new_params = simplify(graph, params)
+    verify(new_graph, new_params)
+    x = np.arange(math.prod(steps[0][1]), dtype="float32").reshape(steps[0][1])
+    np.testing.assert_array_equal(
+        interpret(new_graph, new_params, {"x": x})[value.name],
+        interpret(graph, params, {"x": x})[value.name],
+    )
+    assert [v.name for v in new_graph.outputs] == [value.name]
+    # At most one data-moving node is left: chains merge, and a reshape after a
+    # transpose, or the reverse, is the only pair no rule can merge.
+    ops = [node.op for node in new_graph.nodes]
+    assert len(ops) <= len(steps) - 1
+    for first, second in itertools.pairwise(ops):
+        assert first != second, ops
+    assert simplify(new_graph, new_params)[0] == new_graph  # a fixed point
