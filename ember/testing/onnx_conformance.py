@@ -22,12 +22,15 @@ op), with the message as the reason.
 Tolerances: the case's own rtol (ONNX's backend default 1e-3), and an absolute
 tolerance of at least 1e-5. The backend default atol of 1e-7 is below fp32 rounding
 for results near zero computed in a different order (sin(pi), x - x*y...), and Ember's
-rule for fp32 comparisons elsewhere is 1e-5.
+rule for fp32 comparisons elsewhere is 1e-5. float16 results get rtol and atol of at
+least 4e-3 (about four float16 rounding steps): the reference rounds to float16 after
+every op, the generators once at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 import time
@@ -44,7 +47,23 @@ from ember.graph.interpret import interpret
 from ember.graph.ir import Graph, Params
 
 MIN_ATOL = 1e-5
-STATUSES = ("passed", "failed", "unsupported")
+FLOAT16_TOLERANCE = 4e-3
+STATUSES = ("passed", "failed", "unsupported", "deviates")
+
+# Cases where ONNX's expected data and the spec text (which ONNX Runtime and Ember
+# follow) disagree. Such a case is reported as "deviates", with the reason, instead of
+# "failed"; the tests check that each entry still deviates, so none goes stale.
+KNOWN_DEVIATIONS = {
+    name: (
+        "with align_corners and scales, ONNX's reference divides by the fractional output "
+        "length (4 * 0.6 = 2.4); the spec's length_resized is the tensor's integer length "
+        "(2), which ONNX Runtime and Ember use"
+    )
+    for name in (
+        "test_resize_downsample_scales_linear_align_corners",
+        "test_resize_downsample_scales_cubic_align_corners",
+    )
+}
 _EXPANDED_SUFFIX = re.compile(r"_expanded(_ver\d+)?$")
 
 
@@ -78,9 +97,10 @@ def data_directory() -> Path:
     return Path(onnx.__file__).parent / "backend" / "test" / "data" / "node"
 
 
-def load_cases() -> list[ConformanceCase]:
-    """All node test cases, from the data files if the wheel has them, else generated."""
-    directory = data_directory()
+def load_cases(directory: Path | None = None) -> list[ConformanceCase]:
+    """All node test cases, from the data files if the wheel has them (or from
+    `directory`, laid out like the wheel's), else generated."""
+    directory = directory or data_directory()
     if directory.is_dir():
         return [case for path in sorted(directory.iterdir()) if (case := _read_case_dir(path))]
     return _generate_cases()
@@ -198,6 +218,8 @@ def run_case(case: ConformanceCase, op_type: str) -> CaseResult:
                 return result("failed", f"data set {index}: {imported.reason}", frozen)
         feed = {n: v for n, v in zip(names, inputs, strict=False) if n not in frozen}
         problem = _check_data_set(*imported, feed, expected, case)
+        if problem and case.name in KNOWN_DEVIATIONS:
+            return result("deviates", f"{KNOWN_DEVIATIONS[case.name]} ({problem})", frozen)
         if problem:
             return result("failed", f"data set {index}: {problem}", frozen)
     return result("passed", frozen=frozen)
@@ -270,7 +292,10 @@ def _check_data_set(
     if len(got) != len(expected):
         return f"{len(got)} outputs, expected {len(expected)}"
     for output, (ours, theirs) in enumerate(zip(got, expected, strict=True)):
-        problem = _compare(ours, np.asarray(theirs), case.rtol, max(case.atol, MIN_ATOL))
+        rtol, atol = case.rtol, max(case.atol, MIN_ATOL)
+        if ours.dtype == np.float16:
+            rtol, atol = max(rtol, FLOAT16_TOLERANCE), max(atol, FLOAT16_TOLERANCE)
+        problem = _compare(ours, np.asarray(theirs), rtol, atol)
         if problem:
             return f"output {output} ({graph.outputs[output].name}): {problem}"
     return ""
@@ -306,21 +331,17 @@ def run_conformance(op_types: set[str] | None = None) -> list[CaseResult]:
     ]
 
 
-_CASES: list[ConformanceCase] = []
-
-
-def _cached_cases() -> list[ConformanceCase]:
+@functools.cache
+def _cached_cases() -> tuple[ConformanceCase, ...]:
     # Generating the cases takes seconds; a test session asks for them per op type.
-    if not _CASES:
-        _CASES.extend(load_cases())
-    return _CASES
+    return tuple(load_cases())
 
 
 # -- reporting ------------------------------------------------------------------------
 
 
 def summarize(results: Sequence[CaseResult]) -> dict[str, dict[str, int]]:
-    """Op type -> {"passed": n, "failed": m, "unsupported": k}, sorted by op type."""
+    """Op type -> {"passed": n, "failed": m, "unsupported": k, "deviates": d}, sorted."""
     table: dict[str, dict[str, int]] = {}
     for result in results:
         counts = table.setdefault(result.op_type, dict.fromkeys(STATUSES, 0))
@@ -328,16 +349,24 @@ def summarize(results: Sequence[CaseResult]) -> dict[str, dict[str, int]]:
     return dict(sorted(table.items()))
 
 
+def _format_counts(counts: dict[str, int]) -> str:
+    """`N passed, M failed, K unsupported`, plus `, D deviate (documented)` if any."""
+    text = ", ".join(f"{counts[s]} {s}" for s in STATUSES[:3])
+    if counts["deviates"]:
+        text += f", {counts['deviates']} deviate (documented in KNOWN_DEVIATIONS)"
+    return text
+
+
 def format_table(results: Sequence[CaseResult]) -> Iterator[str]:
     """One line per op type, then the total."""
     table = summarize(results)
-    width = max((len(op) for op in table), default=5)
+    width = max([len("total"), *(len(op) for op in table)])
     totals = dict.fromkeys(STATUSES, 0)
     for op_type, counts in table.items():
-        yield f"{op_type:<{width}}  " + ", ".join(f"{counts[s]} {s}" for s in STATUSES)
+        yield f"{op_type:<{width}}  {_format_counts(counts)}"
         for status in STATUSES:
             totals[status] += counts[status]
-    yield f"{'total':<{width}}  " + ", ".join(f"{totals[s]} {s}" for s in STATUSES)
+    yield f"{'total':<{width}}  {_format_counts(totals)}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -275,7 +275,8 @@ class Fire(nn.Module):
 class SqueezeNet(nn.Module):
     def __init__(self, classes: int = 10) -> None:
         super().__init__()
-        # ceil_mode pooling on odd sizes (15 -> 7 -> 3) is where floor and ceil differ.
+        # With a 34x34 input the pools see even sizes (16, then 8), where ceil_mode gives
+        # one more output row and column than floor would.
         self.features = nn.Sequential(
             nn.Conv2d(3, 16, 3, 2),
             nn.ReLU(),

@@ -73,18 +73,23 @@ class ZooGraph:
         group: int = 1,
         bias: bool = True,
         scale: float = 1.0,
+        pads: list[int] | None = None,
+        auto_pad: str | None = None,
     ) -> str:
-        pad = kernel // 2
+        """Conv padded by `pads` (default: symmetric k // 2) or by `auto_pad`."""
         inputs = [x, self.weight((cout, cin // group, kernel, kernel), scale)]
         if bias:
             inputs.append(self.constant((self.rng.random(cout) * 0.2 - 0.1).astype(np.float32)))
+        padding: dict[str, object] = {"auto_pad": auto_pad} if auto_pad else {}
+        if not auto_pad:
+            padding["pads"] = pads if pads is not None else [kernel // 2] * 4
         return self.op(
             "Conv",
             inputs,
             kernel_shape=[kernel, kernel],
             strides=[stride, stride],
-            pads=[pad] * 4,
             group=group,
+            **padding,
         )
 
     def model(
@@ -219,8 +224,9 @@ def squeezenet_opset9(batch: int = 1) -> onnx.ModelProto:
 
 
 def mobilenet_v2_opset10(batch: int = 1) -> onnx.ModelProto:
-    """MobileNet v2 as PyTorch 1.x exported it: Clip(min, max) attributes for ReLU6,
-    BatchNormalization, a residual Add, and `x.view(x.size(0), -1)` spelled
+    """MobileNet v2 as PyTorch 1.x and tf2onnx exported it: Clip(min, max) attributes
+    for ReLU6, BatchNormalization, a residual Add, TensorFlow SAME padding (Conv's
+    auto_pad, Pad with a pads attribute), and `x.view(x.size(0), -1)` spelled
     Shape->Gather->Unsqueeze->Concat->Reshape; a second output flattened with
     Reshape [0, -1] (0 copies the input's dimension)."""
     g = ZooGraph(seed=10)
@@ -233,18 +239,27 @@ def mobilenet_v2_opset10(batch: int = 1) -> onnx.ModelProto:
         stride: int = 1,
         group: int = 1,
         relu6: bool = True,
+        pads: list[int] | None = None,
+        auto_pad: str | None = None,
     ) -> str:
-        y = g.batch_norm(g.conv(x, cin, cout, kernel, stride, group, bias=False), cout)
+        conv = g.conv(x, cin, cout, kernel, stride, group, False, pads=pads, auto_pad=auto_pad)
+        y = g.batch_norm(conv, cout)
         return g.op("Clip", [y], min=0.0, max=6.0) if relu6 else y
 
     def inverted_residual(x: str, cin: int, cout: int, stride: int, expand: int) -> str:
         hidden = cin * expand
         y = conv_bn(x, cin, hidden, 1)
-        y = conv_bn(y, hidden, hidden, 3, stride, group=hidden)
+        if stride == 1:
+            y = conv_bn(y, hidden, hidden, 3, group=hidden)
+        else:
+            # TensorFlow's SAME padding for a strided 3x3 pads only after (bottom/right);
+            # tf2onnx spelled it as an explicit Pad with a pads attribute.
+            y = g.op("Pad", [y], mode="constant", pads=[0, 0, 0, 0, 0, 0, 1, 1], value=0.0)
+            y = conv_bn(y, hidden, hidden, 3, stride, group=hidden, pads=[0, 0, 0, 0])
         y = conv_bn(y, hidden, cout, 1, relu6=False)
         return g.op("Add", [x, y]) if stride == 1 and cin == cout else y
 
-    x = conv_bn("input.1", 3, 8, 3, stride=2)
+    x = conv_bn("input.1", 3, 8, 3, stride=2, auto_pad="SAME_UPPER")
     x = inverted_residual(x, 8, 12, 2, 4)
     x = inverted_residual(x, 12, 12, 1, 4)
     x = conv_bn(x, 12, 32, 1)
@@ -273,8 +288,8 @@ def mobilenet_v2_opset10(batch: int = 1) -> onnx.ModelProto:
 
 def inception_lrn_upsample(opset: int, mode: str = "nearest", batch: int = 1) -> onnx.ModelProto:
     """GoogLeNet-style stem with LRN, one inception module (1x1, 3x3, 5x5, pool
-    branches), then a segmentation-style head upsampled x2 by Upsample: `scales` is an
-    attribute at opset 7 and an input at opset 9."""
+    branches), then a segmentation-style head upsampled x2 by Upsample (`scales` is an
+    attribute at opset 7 and an input at opset 9) and cropped by Slice attributes."""
     assert opset in (7, 9), "Upsample exists at opsets 7-9 only"
     g = ZooGraph(seed=opset)
 
@@ -303,7 +318,9 @@ def inception_lrn_upsample(opset: int, mode: str = "nearest", batch: int = 1) ->
         upsampled = g.op("Upsample", [x], mode=mode, scales=scales)
     else:
         upsampled = g.op("Upsample", [x, g.constant(np.array(scales, np.float32))], mode=mode)
-    segmentation = g.conv(upsampled, 32, 5, 1)
+    # Caffe's Crop layer (FCN heads) became Slice, with starts/ends attributes before opset 10.
+    cropped = g.op("Slice", [upsampled], starts=[1, 1], ends=[15, 15], axes=[2, 3])
+    segmentation = g.conv(cropped, 32, 5, 1)
     pooled = g.op("Flatten", [g.op("GlobalAveragePool", [x])])
     logits = g.op("Gemm", [pooled, g.weight((32, 10)), g.weight((10,), 0.1)])
     return g.model(
@@ -314,7 +331,7 @@ def inception_lrn_upsample(opset: int, mode: str = "nearest", batch: int = 1) ->
         ir_version=3 if opset == 7 else 4,
         initializers_as_inputs=opset == 7,
         # ONNX shape inference gives up on this opset-7 graph (Upsample-7, LRN).
-        declared_shapes={"prob_1": [batch, 10], "segmentation": [batch, 5, 16, 16]},
+        declared_shapes={"prob_1": [batch, 10], "segmentation": [batch, 5, 14, 14]},
     )
 
 
@@ -379,9 +396,11 @@ def bert_opset11(opset: int = 11, batch: int = 2, length: int = 16) -> onnx.Mode
     padding = g.op("Equal", [mask4, g.constant(np.array(0, np.int64))])
 
     # Self-attention.
-    query = split_heads(dense(x, hidden, hidden), [0, 2, 1, 3])
-    key = split_heads(dense(x, hidden, hidden), [0, 2, 3, 1])
-    value = split_heads(dense(x, hidden, hidden), [0, 2, 1, 3])
+    # One fused QKV projection split in three (Split's sizes an attribute until opset 13).
+    qkv = g.op_multi("Split", [dense(x, hidden, 3 * hidden)], 3, axis=-1, split=[hidden] * 3)
+    query = split_heads(qkv[0], [0, 2, 1, 3])
+    key = split_heads(qkv[1], [0, 2, 3, 1])
+    value = split_heads(qkv[2], [0, 2, 1, 3])
     scores = g.op("Div", [g.op("MatMul", [query, key]), scalar(math.sqrt(head_dim))])
     scores = g.op("Add", [scores, additive])
     scores = g.op("Where", [padding, scalar(-10000.0), scores])

@@ -37,7 +37,7 @@ from ember.frontend.onnx.registry import (
     dtype_from_onnx,
 )
 from ember.graph.builder import GraphBuilder
-from ember.graph.ir import DTYPES, Graph, Node, Params, Value
+from ember.graph.ir import Graph, Node, Params, Value
 from ember.graph.verify import verify
 
 # Converter families register themselves on import; one not written yet is absent.
@@ -74,7 +74,7 @@ def from_onnx(model: ModelSource, shapes: ShapeOverrides | None = None) -> tuple
         proto = onnx.inliner.inline_local_functions(proto)
     check_structure(proto.graph)
     check_supported(proto.graph)
-    _run_checker(proto)
+    check_nodes(proto)
     builder = GraphBuilder(name=_graph_name(proto.graph), fold_constants=True)
     env = _import_values(builder, proto.graph, shapes or {})
     ctx = ConversionContext(builder, opset)
@@ -99,7 +99,8 @@ def read_model(model: ModelSource) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         proto, origin, base_dir = model, "the given ModelProto", None
     elif isinstance(model, bytes | bytearray):
-        proto, origin, base_dir = _parse(bytes(model), "the given bytes"), "the given bytes", None
+        origin, base_dir = "the given data", None
+        proto = _parse(bytes(model), origin)
     elif isinstance(model, str | os.PathLike):
         path = Path(model)
         origin, base_dir = f"'{path}'", path.parent
@@ -113,13 +114,14 @@ def read_model(model: ModelSource) -> onnx.ModelProto:
             f"{origin} does not look like an ONNX model (it has no IR version or no graph); "
             "check that it is an .onnx file and was written completely"
         )
-    if base_dir is not None and _uses_external_data(proto):
+    if base_dir is not None:
+        # A no-op unless some tensors live in files beside the model.
         try:
             onnx.external_data_helper.load_external_data_for_model(proto, str(base_dir))
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, onnx.checker.ValidationError) as error:
             raise ModelLoadError(
                 f"{origin} stores weights in external data files that could not be read "
-                f"({error}); keep them next to the model file"
+                f"({str(error).strip()}); keep them next to the model file"
             ) from None
     return proto
 
@@ -145,13 +147,6 @@ def _parse(data: bytes, origin: str) -> onnx.ModelProto:
             "(is it another format, or was the file truncated while copying?)"
         ) from None
     return proto
-
-
-def _uses_external_data(proto: onnx.ModelProto) -> bool:
-    return any(
-        tensor.data_location == onnx.TensorProto.EXTERNAL
-        for tensor in onnx.external_data_helper._get_all_tensors(proto)
-    )
 
 
 def _graph_name(graph: onnx.GraphProto) -> str:
@@ -271,19 +266,26 @@ def _unsupported_key(node: onnx.NodeProto) -> str | None:
     return None
 
 
-def _run_checker(proto: onnx.ModelProto) -> None:
-    # The checker serialises the model; above protobuf's 2 GB limit it cannot, and the
-    # structural checks above already caught what matters for conversion.
-    if proto.ByteSize() >= 2**31 - 1:
-        return
-    try:
-        onnx.checker.check_model(proto)
-    except onnx.checker.ValidationError as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else "invalid"
-        raise ModelLoadError(
-            f"the model fails ONNX's own validity check: {first_line}. Re-export it, or "
-            "run onnx.checker.check_model(model) for the full report"
-        ) from None
+def check_nodes(proto: onnx.ModelProto) -> None:
+    """ONNX's own checker on each node: attributes and inputs against the operator's
+    schema (an unknown or mistyped attribute would otherwise be silently ignored).
+
+    The whole-model checker is not used: it also demands fully declared input and
+    output types, which `shapes=` exists to supply."""
+    context = onnx.checker.C.CheckerContext()
+    context.ir_version = proto.ir_version
+    context.opset_imports = {entry.domain: entry.version for entry in proto.opset_import}
+    for index, node in enumerate(proto.graph.node):
+        try:
+            onnx.checker.check_node(node, context)
+        except onnx.checker.ValidationError as error:
+            text = str(error).strip()
+            first_line = text.splitlines()[0] if text else "invalid"
+            raise ModelLoadError(
+                f"{_describe_node(node, index)} fails ONNX's own validity check: "
+                f"{first_line.rstrip('.')}. Re-export the model, or run "
+                "onnx.checker.check_model(model) for the full report"
+            ) from None
 
 
 # -- inputs and initializers ----------------------------------------------------------
@@ -318,10 +320,6 @@ def tensor_to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
         array = onnx.numpy_helper.to_array(tensor)
     except (ValueError, TypeError, OSError) as error:
         raise ModelLoadError(f"cannot read {what} {tensor.name!r}: {error}") from None
-    if str(array.dtype) not in DTYPES:
-        raise UnsupportedOperatorError(
-            f"{what} {tensor.name!r} has unsupported dtype {array.dtype}"
-        )
     return np.asarray(array, dtype=dtype)
 
 
@@ -447,6 +445,11 @@ def _convert_node(
         if name in message:
             raise
         raise type(error)(f"node {name!r} ({proto.op_type}): {message}") from error
+    except Exception as error:
+        # A bug in a converter, not the user's fault: keep its type and traceback, and
+        # say which node triggered it.
+        error.add_note(f"while converting ONNX node {name!r} ({proto.op_type})")
+        raise
     for position, output_name in enumerate(proto.output):
         if not output_name:
             continue

@@ -112,6 +112,14 @@ def _int_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The result has the base's dtype (ONNX Pow). An integer base with a fractional or
+    negative exponent is computed in double precision and truncated, as C's pow and a
+    cast would (NumPy would truncate the exponent first, or refuse negative ones)."""
+    integer_base = np.issubdtype(a.dtype, np.integer)
+    exact_integer = np.issubdtype(b.dtype, np.integer) and bool(np.all(b >= 0))
+    if integer_base and not exact_integer:
+        with np.errstate(invalid="ignore"):
+            return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
     return np.power(a, b.astype(a.dtype) if a.dtype != b.dtype else b)
 
 

@@ -1,0 +1,423 @@
+"""The ONNX loader: reading, checking and naming; each error test asserts the message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from ember.errors import ModelLoadError, ShapeError, UnsupportedOperatorError
+from ember.frontend import from_onnx
+from ember.frontend.onnx.registry import CONVERTERS
+from ember.graph import interpret
+from ember.testing.oracle import check_against_onnxruntime
+
+
+def _model(
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[onnx.ValueInfoProto],
+    initializers: list[onnx.TensorProto] | None = None,
+    opset: int = 13,
+) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "test", inputs, outputs, initializers or [])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8  # what onnxruntime in the test environment accepts
+    return model
+
+
+def _tensor(name: str, shape: list[int | str] | None, dtype: int = TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _relu_model(shape: list[int | str] | None = None, opset: int = 13) -> onnx.ModelProto:
+    shape = [2, 3] if shape is None else shape
+    return _model(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        [_tensor("x", shape)],
+        [_tensor("y", shape)],
+        opset=opset,
+    )
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def test_loads_path_bytes_and_proto_alike(tmp_path: Path) -> None:
+    model = _relu_model()
+    path = tmp_path / "relu.onnx"
+    onnx.save(model, str(path))
+    x = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]], dtype=np.float32)
+    for source in (model, model.SerializeToString(), path, str(path)):
+        graph, params = from_onnx(source)
+        assert [v.name for v in graph.inputs] == ["x"]
+        assert [v.name for v in graph.outputs] == ["y"]
+        np.testing.assert_array_equal(interpret(graph, params, {"x": x})["y"], np.maximum(x, 0))
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match=r"model file '.*nope\.onnx' does not exist"):
+        from_onnx(tmp_path / "nope.onnx")
+
+
+def test_directory_instead_of_file(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="is a directory"):
+        from_onnx(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"this is a text file, not a model\n",
+        bytes(np.random.default_rng(0).integers(0, 256, 512, dtype=np.uint8)),
+    ],
+    ids=["text", "random-bytes"],
+)
+def test_not_an_onnx_file(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "model.onnx"
+    path.write_bytes(content)
+    with pytest.raises(
+        ModelLoadError, match=r"not a readable ONNX model|does not look like an ONNX"
+    ):
+        from_onnx(path)
+
+
+def test_truncated_file(tmp_path: Path) -> None:
+    weights = helper.make_tensor("w", TensorProto.FLOAT, [64, 64], np.ones(64 * 64))
+    model = _model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [_tensor("x", [1, 64])],
+        [_tensor("y", [1, 64])],
+        [weights],
+    )
+    data = model.SerializeToString()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelLoadError, match=r"truncated|does not look like an ONNX"):
+        from_onnx(path)
+
+
+def test_wrong_argument_type() -> None:
+    with pytest.raises(ModelLoadError, match=r"takes a file path, bytes or an onnx\.ModelProto"):
+        from_onnx(42)  # type: ignore[arg-type]
+
+
+# -- opsets ----------------------------------------------------------------------------
+
+
+def test_old_opset_is_rejected() -> None:
+    with pytest.raises(ModelLoadError, match="opset 6; Ember imports opsets 7 to 21"):
+        from_onnx(_relu_model(opset=6))
+
+
+def test_opset_is_visible_to_converters() -> None:
+    # Clip's bounds are attributes before opset 11 and inputs after: the loader must
+    # hand the model's opset to the converter for both forms to import.
+    old = _model(
+        [helper.make_node("Clip", ["x"], ["y"], min=0.0, max=1.0)],
+        [_tensor("x", [4])],
+        [_tensor("y", [4])],
+        opset=7,
+    )
+    graph, _ = from_onnx(old)
+    assert [node.op for node in graph.nodes] == ["clip"]
+
+
+def test_newer_opset_warns() -> None:
+    newest = onnx.defs.onnx_opset_version()
+    if newest <= 21:
+        pytest.skip("the installed onnx knows no opset newer than 21")
+    with pytest.warns(UserWarning, match="tested up to opset 21"):
+        from_onnx(_relu_model(opset=22))
+
+
+def test_opset_newer_than_onnx_knows_is_rejected() -> None:
+    model = _relu_model()
+    model.opset_import[0].version = onnx.defs.onnx_opset_version() + 5
+    with pytest.raises(ModelLoadError, match="Ember imports opsets 7 to 21"):
+        from_onnx(model)
+
+
+# -- unsupported operators --------------------------------------------------------------
+
+
+def test_all_unsupported_operators_are_listed_at_once() -> None:
+    nodes = [
+        helper.make_node("NonMaxSuppression", ["b", "s"], ["n1"], name="nms_1"),
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("NonMaxSuppression", ["b", "s"], ["n2"], name="nms_2"),
+        helper.make_node("NonMaxSuppression", ["b", "s"], ["n3"], name="nms_3"),
+        helper.make_node("FusedGemm", ["x", "x"], ["g"], name="fused", domain="com.microsoft"),
+    ]
+    model = _model(
+        nodes,
+        [_tensor("x", [2, 2]), _tensor("b", [1, 4, 4]), _tensor("s", [1, 1, 4])],
+        [_tensor("r", [2, 2]), _tensor("n3", None, TensorProto.INT64)],
+    )
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    with pytest.raises(UnsupportedOperatorError) as info:
+        from_onnx(model)
+    assert str(info.value) == (
+        "model uses 2 operator types Ember cannot import: "
+        "NonMaxSuppression (x3, e.g. node 'nms_1'), "
+        "com.microsoft.FusedGemm (x1, e.g. node 'fused')"
+    )
+
+
+def test_subgraph_operators_are_unsupported() -> None:
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["out"])], "branch", [], [_tensor("out", [2])]
+    )
+    node = helper.make_node("If", ["c"], ["y"], name="if0", then_branch=branch, else_branch=branch)
+    model = _model(
+        [node], [_tensor("c", [], TensorProto.BOOL), _tensor("x", [2])], [_tensor("y", [2])]
+    )
+    with pytest.raises(UnsupportedOperatorError, match=r"If \(x1, e.g. node 'if0'\)"):
+        from_onnx(model)
+
+
+# -- structure ---------------------------------------------------------------------------
+
+
+def test_undefined_value_is_reported() -> None:
+    model = _model(
+        [helper.make_node("Add", ["x", "ghost"], ["y"], name="add")],
+        [_tensor("x", [2])],
+        [_tensor("y", [2])],
+    )
+    with pytest.raises(ModelLoadError, match=r"node 'add' \(Add\) reads 'ghost', which no"):
+        from_onnx(model)
+
+
+def test_duplicate_output_is_reported() -> None:
+    model = _model(
+        [
+            helper.make_node("Relu", ["x"], ["y"], name="first"),
+            helper.make_node("Neg", ["x"], ["y"], name="second"),
+        ],
+        [_tensor("x", [2])],
+        [_tensor("y", [2])],
+    )
+    with pytest.raises(ModelLoadError, match=r"value 'y' is defined twice .*'second'"):
+        from_onnx(model)
+
+
+def test_checker_failure_is_a_model_load_error() -> None:
+    # Relu with an attribute it does not have: structurally fine, invalid per the spec.
+    model = _model(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu", bogus=3)],
+        [_tensor("x", [2])],
+        [_tensor("y", [2])],
+    )
+    with pytest.raises(ModelLoadError, match=r"node 'relu' \(Relu\) fails ONNX's own validity"):
+        from_onnx(model)
+
+
+# -- inputs, shapes and dtypes ------------------------------------------------------------
+
+
+def test_symbolic_dim_needs_a_shape() -> None:
+    with pytest.raises(ShapeError) as info:
+        from_onnx(_relu_model(["batch", 3]))
+    message = str(info.value)
+    assert "graph input 'x' has shape [batch, 3] with unknown dimensions batch" in message
+    assert "shapes={'x': (1, 3)}" in message
+    assert "--shapes 'x:1,3'" in message
+
+
+def test_symbolic_dim_from_shapes() -> None:
+    graph, _ = from_onnx(_relu_model(["batch", 3]), shapes={"x": (5, 3)})
+    assert graph.inputs[0].shape == (5, 3)
+    assert graph.outputs[0].shape == (5, 3)
+
+
+def test_input_without_shape_needs_a_shape() -> None:
+    model = _model(
+        [helper.make_node("Relu", ["x"], ["y"])], [_tensor("x", None)], [_tensor("y", None)]
+    )
+    with pytest.raises(ShapeError, match="graph input 'x' has no shape in the model"):
+        from_onnx(model)
+    graph, _ = from_onnx(model, shapes={"x": (4,)})
+    assert graph.outputs[0].shape == (4,)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "message"),
+    [
+        (
+            {"z": (1, 3)},
+            r"shapes= names 'z', which is not a model input; the model's inputs are: 'x'",
+        ),
+        (
+            {"x": (1, 3, 1)},
+            r"input 'x' is \[1, 3, 1\] but the model's shape is \[batch, 3\]: .*rank 2",
+        ),
+        ({"x": (1, 4)}, r"input 'x' is \[1, 4\] but the model's shape is \[batch, 3\]: .*axis 1"),
+        ({"x": (-1, 3)}, r"input 'x' is \[-1, 3\] .*non-negative integers"),
+    ],
+    ids=["unknown-name", "wrong-rank", "contradicts-fixed-dim", "negative"],
+)
+def test_wrong_shape_override(shapes: dict[str, tuple[int, ...]], message: str) -> None:
+    with pytest.raises(ShapeError, match=message):
+        from_onnx(_relu_model(["batch", 3]), shapes=shapes)
+
+
+def test_unsupported_input_dtype() -> None:
+    model = _model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [_tensor("x", [2], TensorProto.BFLOAT16)],
+        [_tensor("y", [2], TensorProto.BFLOAT16)],
+    )
+    with pytest.raises(UnsupportedOperatorError, match="graph input 'x' has element type BFLOAT16"):
+        from_onnx(model)
+
+
+def test_initializer_listed_as_input_is_a_param() -> None:
+    # Models from IR version 3 and older list every initializer among the inputs.
+    weights = helper.make_tensor("w", TensorProto.FLOAT, [2], [1.0, 2.0])
+    model = _model(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [_tensor("x", [2]), _tensor("w", [2])],
+        [_tensor("y", [2])],
+        [weights],
+    )
+    graph, params = from_onnx(model)
+    assert [v.name for v in graph.inputs] == ["x"]
+    assert [v.name for v in graph.params] == ["w"]
+    np.testing.assert_array_equal(params["w"], np.array([1.0, 2.0], np.float32))
+
+
+# -- folding and output names --------------------------------------------------------------
+
+
+def test_shape_subgraph_folds_to_a_constant() -> None:
+    """Shape -> Gather -> Concat -> Reshape imports as one reshape with a static shape."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Concat", ["batch", "minus_one"], ["new_shape"], axis=0),
+        helper.make_node("Reshape", ["x", "new_shape"], ["y"]),
+    ]
+    initializers = [
+        helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+        helper.make_tensor("minus_one", TensorProto.INT64, [1], [-1]),
+    ]
+    model = _model(nodes, [_tensor("x", [2, 3, 4])], [_tensor("y", [2, 12])], initializers)
+    graph, params = from_onnx(model)
+    assert [node.op for node in graph.nodes] == ["reshape"]
+    assert params == {}
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    check_against_onnxruntime(model, {"x": x})
+
+
+def test_outputs_keep_onnx_names_even_when_constant_or_inputs() -> None:
+    constant = helper.make_tensor("c", TensorProto.FLOAT, [2], [7.0, 8.0])
+    nodes = [
+        helper.make_node("Constant", [], ["const_out"], value=constant),
+        helper.make_node("Identity", ["x"], ["x_copy"]),
+        helper.make_node("Relu", ["x"], ["relu_out"], name="relu"),
+        helper.make_node("Identity", ["relu_out"], ["relu_again"]),
+    ]
+    outputs = [_tensor(n, [2]) for n in ("const_out", "x_copy", "relu_out", "relu_again", "x")]
+    model = _model(nodes, [_tensor("x", [2])], outputs)
+    graph, params = from_onnx(model)
+    assert [v.name for v in graph.outputs] == [
+        "const_out",
+        "x_copy",
+        "relu_out",
+        "relu_again",
+        "x",
+    ]
+    x = np.array([-1.0, 2.0], dtype=np.float32)
+    results = interpret(graph, params, {"x": x})
+    np.testing.assert_array_equal(results["const_out"], [7.0, 8.0])
+    np.testing.assert_array_equal(results["x_copy"], x)
+    np.testing.assert_array_equal(results["relu_again"], [0.0, 2.0])
+    check_against_onnxruntime(model, {"x": x})
+
+
+def _dropout_model(read_mask: bool) -> onnx.ModelProto:
+    consumer = (
+        helper.make_node("Cast", ["mask"], ["z"], to=TensorProto.FLOAT)
+        if read_mask
+        else (helper.make_node("Relu", ["y"], ["z"]))
+    )
+    return _model(
+        [helper.make_node("Dropout", ["x"], ["y", "mask"], name="drop"), consumer],
+        [_tensor("x", [2])],
+        [_tensor("z", [2])],
+    )
+
+
+def test_unproduced_output_is_an_error_only_when_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A converter that leaves out an optional output (here: a stand-in for Dropout
+    # without its mask): fine while nobody reads it, a clear error once something does.
+    monkeypatch.setitem(CONVERTERS, "Dropout", lambda ctx, node: [node.input(0), None])
+    graph, _ = from_onnx(_dropout_model(read_mask=False))
+    assert [node.op for node in graph.nodes] == ["relu"]
+    with pytest.raises(
+        UnsupportedOperatorError,
+        match=r"node 'drop' \(Dropout\): Ember's converter does not produce output #1 \('mask'\)",
+    ):
+        from_onnx(_dropout_model(read_mask=True))
+
+
+def test_converter_errors_name_the_node() -> None:
+    model = _model(
+        [helper.make_node("Add", ["x", "y"], ["z"], name="bad_add")],
+        [_tensor("x", [2]), _tensor("y", [3])],
+        [_tensor("z", [2])],
+    )
+    with pytest.raises(ShapeError, match=r"node 'bad_add' \(Add\): .*cannot be broadcast"):
+        from_onnx(model)
+
+
+# -- external data and local functions -------------------------------------------------------
+
+
+def _matmul_model() -> tuple[onnx.ModelProto, np.ndarray]:
+    weights = np.arange(64 * 64, dtype=np.float32).reshape(64, 64) / 4096
+    model = _model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [_tensor("x", [1, 64])],
+        [_tensor("y", [1, 64])],
+        [onnx.numpy_helper.from_array(weights, "w")],
+    )
+    return model, weights
+
+
+def test_external_data_is_loaded_from_beside_the_model(tmp_path: Path) -> None:
+    model, weights = _matmul_model()
+    path = tmp_path / "model.onnx"
+    onnx.save(
+        model, str(path), save_as_external_data=True, location="weights.bin", size_threshold=0
+    )
+    _, params = from_onnx(path)
+    np.testing.assert_array_equal(params["w"], weights)
+    (tmp_path / "weights.bin").unlink()
+    with pytest.raises(ModelLoadError, match="external data files that could not be read"):
+        from_onnx(path)
+
+
+def test_model_local_functions_are_inlined() -> None:
+    body = [
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Neg", ["r"], ["b"]),
+    ]
+    function = helper.make_function(
+        "local", "NegRelu", ["a"], ["b"], body, [helper.make_opsetid("", 13)]
+    )
+    model = _model(
+        [helper.make_node("NegRelu", ["x"], ["y"], domain="local")],
+        [_tensor("x", [3])],
+        [_tensor("y", [3])],
+    )
+    model.opset_import.append(helper.make_opsetid("local", 1))
+    model.functions.append(function)
+    graph, params = from_onnx(model)
+    assert [node.op for node in graph.nodes] == ["relu", "negative"]
+    x = np.array([-1.0, 0.0, 2.0], np.float32)
+    np.testing.assert_array_equal(interpret(graph, params, {"x": x})["y"], [0.0, 0.0, -2.0])
