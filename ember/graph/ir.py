@@ -188,3 +188,27 @@ def remove_dead_nodes(graph: Graph) -> Graph:
             kept.append(node)
             needed.update(v.name for v in node.inputs)
     return graph.replace(nodes=tuple(reversed(kept)))
+
+
+def rename_values(graph: Graph, new_names: Mapping[str, str]) -> Graph:
+    """Rename values (where defined and where read). The caller makes sure the new
+    names are unused; only node outputs may be renamed (inputs and params name
+    entries of the user's feeds and the params dict)."""
+    if not new_names:
+        return graph
+
+    def renamed(value: Value) -> Value:
+        name = new_names.get(value.name)
+        return value if name is None else Value(name, value.type)
+
+    nodes = tuple(
+        Node(
+            node.op,
+            tuple(renamed(v) for v in node.inputs),
+            tuple(renamed(v) for v in node.outputs),
+            node.attrs,
+            node.name,
+        )
+        for node in graph.nodes
+    )
+    return graph.replace(nodes=nodes, outputs=tuple(renamed(v) for v in graph.outputs))

@@ -37,7 +37,7 @@ from ember.frontend.onnx.registry import (
     dtype_from_onnx,
 )
 from ember.graph.builder import GraphBuilder
-from ember.graph.ir import Graph, Node, Params, Value
+from ember.graph.ir import Graph, Params, Value, rename_values
 from ember.graph.verify import verify
 
 # Converter families register themselves on import; one not written yet is absent.
@@ -506,26 +506,4 @@ def _build_with_output_names(
         renames[value.name] = name
         outputs.append(value)
     graph, params = builder.build(outputs)
-    return _rename_values(graph, renames), params
-
-
-def _rename_values(graph: Graph, renames: dict[str, str]) -> Graph:
-    """`graph` with node outputs renamed per `renames` (old name -> new name)."""
-    if not renames:
-        return graph
-
-    def renamed(value: Value) -> Value:
-        new_name = renames.get(value.name)
-        return value if new_name is None else Value(new_name, value.type)
-
-    nodes = tuple(
-        Node(
-            node.op,
-            tuple(renamed(v) for v in node.inputs),
-            tuple(renamed(v) for v in node.outputs),
-            node.attrs,
-            node.name,
-        )
-        for node in graph.nodes
-    )
-    return graph.replace(nodes=nodes, outputs=tuple(renamed(v) for v in graph.outputs))
+    return rename_values(graph, renames), params

@@ -74,28 +74,24 @@ BINARY_OPS = {
 
 # ONNX op -> (graph op, attrs from the node), with ONNX's attribute defaults.
 UNARY_WITH_ATTRS_OPS: dict[str, tuple[str, Callable[[OnnxNode], Attrs]]] = {
-    "LeakyRelu": ("leaky_relu", lambda n: AlphaAttrs(_float(n, "alpha", 0.01))),
-    "Elu": ("elu", lambda n: AlphaAttrs(_float(n, "alpha", 1.0))),
+    "LeakyRelu": ("leaky_relu", lambda n: AlphaAttrs(n.float_attr("alpha", 0.01))),
+    "Elu": ("elu", lambda n: AlphaAttrs(n.float_attr("alpha", 1.0))),
     "Selu": (
         "selu",
         lambda n: SeluAttrs(
-            _float(n, "alpha", 1.67326319217681884765625),
-            _float(n, "gamma", 1.05070102214813232421875),
+            n.float_attr("alpha", 1.67326319217681884765625),
+            n.float_attr("gamma", 1.05070102214813232421875),
         ),
     ),
     "HardSigmoid": (
         "hard_sigmoid",
-        lambda n: HardSigmoidAttrs(_float(n, "alpha", 0.2), _float(n, "beta", 0.5)),
+        lambda n: HardSigmoidAttrs(n.float_attr("alpha", 0.2), n.float_attr("beta", 0.5)),
     ),
     "Gelu": ("gelu", lambda n: GeluAttrs(str(n.attr("approximate", "none")))),
 }
 
 # Variadic ONNX ops folded left-to-right with a binary graph op.
 VARIADIC_OPS = {"Sum": "add", "Max": "maximum", "Min": "minimum", "Mean": "add"}
-
-
-def _float(node: OnnxNode, name: str, default: float) -> float:
-    return float(node.attr(name, default))  # type: ignore[arg-type]
 
 
 def _unary(op: str) -> Converter:
@@ -167,8 +163,8 @@ def convert_clip(ctx: ConversionContext, node: OnnxNode) -> Sequence[Value | Non
     """Before opset 11 the bounds are attributes; from 11 optional scalar inputs."""
     x = node.input(0)
     if ctx.opset < 11:
-        low: float | None = _float(node, "min", -np.inf)
-        high: float | None = _float(node, "max", np.inf)
+        low: float | None = node.float_attr("min", -np.inf)
+        high: float | None = node.float_attr("max", np.inf)
         return [_clip_constant(ctx, node, x, low, high)]
     bounds = [node.optional_input(1), node.optional_input(2)]
     arrays = [ctx.constant(b) for b in bounds]

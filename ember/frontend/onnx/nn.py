@@ -21,8 +21,9 @@ from ember.frontend.onnx.registry import (
     OnnxNode,
     converter,
     dtype_from_onnx,
+    int_list,
 )
-from ember.frontend.onnx.tensor import int_attr, int_list, normalize_axis, reshape_to
+from ember.frontend.onnx.tensor import normalize_axis, reshape_to
 from ember.graph.ir import NoAttrs, Value
 from ember.graph.ops.attrs import (
     AxisAttrs,
@@ -44,23 +45,12 @@ from ember.graph.ops.window import dilated_extent
 # -- shared helpers -------------------------------------------------------------------
 
 
-def _where(node: OnnxNode) -> str:
-    return f"node {node.name!r} ({node.op_type})"
-
-
-def _float_attr(node: OnnxNode, name: str, default: float) -> float:
-    value = node.attr(name, default)
-    if not isinstance(value, float | int | np.floating | np.integer):
-        raise ModelLoadError(f"{_where(node)}: attribute {name!r} must be a number, got {value!r}")
-    return float(value)
-
-
 def _spatial_rank(node: OnnxNode, data: Value) -> int:
     """Number of spatial axes of N, C, spatial... data (1, 2 or 3)."""
     rank = data.type.ndim - 2
     if rank not in (1, 2, 3):
         raise UnsupportedOperatorError(
-            f"{_where(node)}: input {data.type} has {rank} spatial axes; Ember supports "
+            f"{node.where}: input {data.type} has {rank} spatial axes; Ember supports "
             "1-d, 2-d and 3-d data (N, C, spatial...)"
         )
     return rank
@@ -70,7 +60,7 @@ def _per_axis(node: OnnxNode, name: str, count: int, default: int) -> tuple[int,
     """An ints attribute with one entry per spatial axis (all `default` when absent)."""
     values = int_list(node.attr(name, [default] * count))
     if len(values) != count:
-        raise ModelLoadError(f"{_where(node)}: {name} {values} needs {count} entries")
+        raise ModelLoadError(f"{node.where}: {name} {values} needs {count} entries")
     return tuple(values)
 
 
@@ -109,7 +99,7 @@ def _window_padding(
         return (0,) * (2 * count)
     if mode != "NOTSET":
         raise ModelLoadError(
-            f"{_where(node)}: auto_pad {mode!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID"
+            f"{node.where}: auto_pad {mode!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID"
         )
     return _per_axis(node, "pads", 2 * count, 0)
 
@@ -122,7 +112,7 @@ def _add_channel_bias(ctx: ConversionContext, node: OnnxNode, out: Value, bias_i
     channels = out.shape[1]
     if bias.shape != (channels,):
         raise ModelLoadError(
-            f"{_where(node)}: bias {bias.type} must be a vector of the {channels} output channels"
+            f"{node.where}: bias {bias.type} must be a vector of the {channels} output channels"
         )
     column = reshape_to(ctx, bias, (channels, *[1] * (out.type.ndim - 2)), f"{node.name}_bias")
     return ctx.builder.add("add", [out, column], NoAttrs(), f"{node.name}_add_bias")
@@ -135,7 +125,7 @@ def _kernel_shape(node: OnnxNode, weight: Value) -> tuple[int, ...]:
     kernel = tuple(weight.shape[2:])
     if "kernel_shape" in node.attrs and tuple(int_list(node.attr("kernel_shape"))) != kernel:
         raise ModelLoadError(
-            f"{_where(node)}: kernel_shape {int_list(node.attr('kernel_shape'))} does not "
+            f"{node.where}: kernel_shape {int_list(node.attr('kernel_shape'))} does not "
             f"match the weight {weight.type}"
         )
     return kernel
@@ -153,7 +143,7 @@ def convert_conv(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
         strides=strides,
         padding=padding,
         dilations=dilations,
-        groups=int_attr(node, "group", 1),
+        groups=node.int_attr("group", 1),
         layout=channels_first(rank),
         kernel_layout=kernel_out_in_first(rank),
     )
@@ -213,7 +203,7 @@ def convert_conv_transpose(ctx: ConversionContext, node: OnnxNode) -> list[Value
         padding=padding,
         output_padding=output_padding,
         dilations=dilations,
-        groups=int_attr(node, "group", 1),
+        groups=node.int_attr("group", 1),
         layout=channels_first(rank),
     )
     out = ctx.builder.add("conv_transpose", [data, weight], attrs, node.name)
@@ -230,7 +220,7 @@ def convert_pool(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     rank = _spatial_rank(node, data)
     kernel = tuple(int_list(node.attr("kernel_shape")))
     if len(kernel) != rank:
-        raise ModelLoadError(f"{_where(node)}: kernel_shape {list(kernel)} needs {rank} entries")
+        raise ModelLoadError(f"{node.where}: kernel_shape {list(kernel)} needs {rank} entries")
     strides = _per_axis(node, "strides", rank, 1)
     dilations = _per_axis(node, "dilations", rank, 1)
     attrs = PoolAttrs(
@@ -238,8 +228,8 @@ def convert_pool(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
         strides=strides,
         padding=_window_padding(node, data.shape[2:], kernel, strides, dilations),
         dilations=dilations,
-        ceil_mode=bool(int_attr(node, "ceil_mode", 0)),
-        count_include_pad=bool(int_attr(node, "count_include_pad", 0)),
+        ceil_mode=bool(node.int_attr("ceil_mode", 0)),
+        count_include_pad=bool(node.int_attr("count_include_pad", 0)),
         layout=channels_first(rank),
     )
     op = "max_pool" if node.op_type == "MaxPool" else "avg_pool"
@@ -259,22 +249,22 @@ def convert_global_pool(ctx: ConversionContext, node: OnnxNode) -> list[Value | 
 
 @converter("BatchNormalization")
 def convert_batch_norm(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
-    if int_attr(node, "training_mode", 0):
+    if node.int_attr("training_mode", 0):
         raise UnsupportedOperatorError(
-            f"{_where(node)}: training_mode=1 is not supported; export the model in eval mode"
+            f"{node.where}: training_mode=1 is not supported; export the model in eval mode"
         )
-    if ctx.opset < 9 and not int_attr(node, "spatial", 1):
+    if ctx.opset < 9 and not node.int_attr("spatial", 1):
         raise UnsupportedOperatorError(
-            f"{_where(node)}: spatial=0 (statistics per element, not per channel) is not supported"
+            f"{node.where}: spatial=0 (statistics per element, not per channel) is not supported"
         )
     if node.num_outputs > 1:
         # Before opset 14 the statistics outputs also switch Y to batch statistics.
         raise UnsupportedOperatorError(
-            f"{_where(node)}: the mean and variance outputs of training mode are not "
+            f"{node.where}: the mean and variance outputs of training mode are not "
             "supported; Ember imports inference graphs (export the model in eval mode)"
         )
     inputs = [node.input(i) for i in range(5)]
-    attrs = BatchNormAttrs(epsilon=_float_attr(node, "epsilon", 1e-5), axis=1)
+    attrs = BatchNormAttrs(epsilon=node.float_attr("epsilon", 1e-5), axis=1)
     return [ctx.builder.add("batch_norm", inputs, attrs, node.name)]
 
 
@@ -282,7 +272,7 @@ def convert_batch_norm(ctx: ConversionContext, node: OnnxNode) -> list[Value | N
 def convert_instance_norm(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     data = node.input(0)
     attrs = InstanceNormAttrs(
-        epsilon=_float_attr(node, "epsilon", 1e-5), layout=channels_first(_spatial_rank(node, data))
+        epsilon=node.float_attr("epsilon", 1e-5), layout=channels_first(_spatial_rank(node, data))
     )
     inputs = [data, node.input(1), node.input(2)]
     return [ctx.builder.add("instance_norm", inputs, attrs, node.name)]
@@ -295,8 +285,8 @@ def convert_layer_norm(ctx: ConversionContext, node: OnnxNode) -> list[Value | N
     if bias is None:
         # The graph op always takes a bias; a zero one changes nothing.
         bias = ctx.builder.constant(np.zeros(scale.shape, scale.dtype))
-    axis = normalize_axis(node, int_attr(node, "axis", -1), data.type.ndim)
-    epsilon = _float_attr(node, "epsilon", 1e-5)
+    axis = normalize_axis(node, node.int_attr("axis", -1), data.type.ndim)
+    epsilon = node.float_attr("epsilon", 1e-5)
     attrs = LayerNormAttrs(axis=axis, epsilon=epsilon)
     out = ctx.builder.add("layer_norm", [data, scale, bias], attrs, node.name)
     if node.num_outputs == 1:
@@ -310,7 +300,7 @@ def _layer_norm_statistics(
     """LayerNormalization's optional Mean and InvStdDev outputs, in `stash_type`, built
     from graph ops (the builder drops them again when nothing reads them)."""
     builder, name = ctx.builder, node.name
-    stash = dtype_from_onnx(int_attr(node, "stash_type", 1), f"{_where(node)} stash_type")
+    stash = dtype_from_onnx(node.int_attr("stash_type", 1), f"{node.where} stash_type")
     if data.dtype != stash:
         data = builder.add("cast", [data], CastAttrs(stash), f"{name}_stash")
     axes = ReduceAttrs(tuple(range(axis, data.type.ndim)), keepdims=True)
@@ -328,10 +318,10 @@ def _layer_norm_statistics(
 @converter("LRN")
 def convert_lrn(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     attrs = LrnAttrs(
-        size=int_attr(node, "size"),
-        alpha=_float_attr(node, "alpha", 0.0001),
-        beta=_float_attr(node, "beta", 0.75),
-        bias=_float_attr(node, "bias", 1.0),
+        size=node.int_attr("size"),
+        alpha=node.float_attr("alpha", 0.0001),
+        beta=node.float_attr("beta", 0.75),
+        bias=node.float_attr("bias", 1.0),
     )
     return [ctx.builder.add("lrn", [node.input(0)], attrs, node.name)]
 
@@ -359,10 +349,10 @@ def convert_gemm(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     """alpha * A' @ B' + beta * C. A constant B becomes a `dense` weight (N, K), with
     the transpose and alpha folded into it; otherwise a `matmul`."""
     a, b = node.input(0), node.input(1)
-    alpha, beta = _float_attr(node, "alpha", 1.0), _float_attr(node, "beta", 1.0)
-    if int_attr(node, "transA", 0):
+    alpha, beta = node.float_attr("alpha", 1.0), node.float_attr("beta", 1.0)
+    if node.int_attr("transA", 0):
         a = _transpose_2d(ctx, a, f"{node.name}_transpose_a")
-    transpose_b = bool(int_attr(node, "transB", 0))
+    transpose_b = bool(node.int_attr("transB", 0))
     b_array = ctx.constant(b)
     if b_array is not None:
         weight = b if transpose_b else ctx.builder.param(b.name, np.ascontiguousarray(b_array.T))
@@ -395,7 +385,7 @@ def convert_softmax(ctx: ConversionContext, node: OnnxNode) -> list[Value | None
     data = node.input(0)
     rank = data.type.ndim
     op = "softmax" if node.op_type == "Softmax" else "log_softmax"
-    axis = normalize_axis(node, int_attr(node, "axis", -1 if ctx.opset >= 13 else 1), rank)
+    axis = normalize_axis(node, node.int_attr("axis", -1 if ctx.opset >= 13 else 1), rank)
     if ctx.opset >= 13 or axis == rank - 1:
         return [ctx.builder.add(op, [data], AxisAttrs(axis), node.name)]
     rows, columns = math.prod(data.shape[:axis]), math.prod(data.shape[axis:])

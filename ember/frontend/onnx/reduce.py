@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ember.errors import ModelLoadError
-from ember.frontend.onnx.registry import ConversionContext, OnnxNode, converter
-from ember.frontend.onnx.tensor import int_attr, int_list, normalize_axes, normalize_axis
+from ember.frontend.onnx.registry import ConversionContext, OnnxNode, converter, int_list
+from ember.frontend.onnx.tensor import normalize_axes, normalize_axis
 from ember.graph.ir import NoAttrs, Value
 from ember.graph.ops.attrs import ArgReduceAttrs, ReduceAttrs, TopKAttrs
 
@@ -42,12 +42,12 @@ def _reduce_axes(ctx: ConversionContext, node: OnnxNode) -> list[int] | None:
 def convert_reduce(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     data = node.input(0)
     axes = _reduce_axes(ctx, node)
-    if not axes and int_attr(node, "noop_with_empty_axes", 0):
+    if not axes and node.int_attr("noop_with_empty_axes", 0):
         # No axes with noop_with_empty_axes=1: the input passes through unchanged.
         return [ctx.builder.add("identity", [data], NoAttrs(), node.name)]
     attrs = ReduceAttrs(
         axes=normalize_axes(node, axes or [], data.type.ndim),
-        keepdims=bool(int_attr(node, "keepdims", 1)),
+        keepdims=bool(node.int_attr("keepdims", 1)),
     )
     reduced = ctx.builder.add(REDUCE_OPS[node.op_type], [data], attrs, node.name)
     if node.op_type == "ReduceLogSum":
@@ -59,9 +59,9 @@ def convert_reduce(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]
 def convert_arg_reduce(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     data = node.input(0)
     attrs = ArgReduceAttrs(
-        axis=normalize_axis(node, int_attr(node, "axis", 0), data.type.ndim),
-        keepdims=bool(int_attr(node, "keepdims", 1)),
-        select_last_index=bool(int_attr(node, "select_last_index", 0)),
+        axis=normalize_axis(node, node.int_attr("axis", 0), data.type.ndim),
+        keepdims=bool(node.int_attr("keepdims", 1)),
+        select_last_index=bool(node.int_attr("select_last_index", 0)),
     )
     return [ctx.builder.add(node.op_type.lower(), [data], attrs, node.name)]
 
@@ -70,7 +70,7 @@ def convert_arg_reduce(ctx: ConversionContext, node: OnnxNode) -> list[Value | N
 def convert_topk(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     data = node.input(0)
     if ctx.opset < 10:
-        k = int_attr(node, "k")
+        k = node.int_attr("k")
     else:
         k_values = int_list(ctx.require_constant(node, 1, "K"))
         if len(k_values) != 1:
@@ -78,9 +78,9 @@ def convert_topk(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
         k = k_values[0]
     attrs = TopKAttrs(
         k=k,
-        axis=normalize_axis(node, int_attr(node, "axis", -1), data.type.ndim),
-        largest=bool(int_attr(node, "largest", 1)),
-        sorted=bool(int_attr(node, "sorted", 1)),
+        axis=normalize_axis(node, node.int_attr("axis", -1), data.type.ndim),
+        largest=bool(node.int_attr("largest", 1)),
+        sorted=bool(node.int_attr("sorted", 1)),
     )
     values, indices = ctx.builder.add_multi("topk", [data], attrs, node.name)
     return [values, indices]

@@ -34,22 +34,38 @@ class OnnxNode:
     num_outputs: int = 1
     domain: str = ""
 
+    @property
+    def where(self) -> str:
+        """How error messages name this node: `node 'conv1' (Conv)`."""
+        return f"node {self.name!r} ({self.op_type})"
+
     def attr(self, name: str, default: object = _MISSING) -> object:
         if name in self.attrs:
             return self.attrs[name]
         if default is _MISSING:
-            raise ModelLoadError(
-                f"node {self.name!r} ({self.op_type}) lacks required attribute {name!r}"
-            )
+            raise ModelLoadError(f"{self.where} lacks required attribute {name!r}")
         return default
+
+    def int_attr(self, name: str, default: int | None = None) -> int:
+        """An int attribute (required when `default` is None)."""
+        value = self.attr(name) if default is None else self.attr(name, default)
+        if not isinstance(value, int | np.integer):
+            raise ModelLoadError(f"{self.where}: attribute {name!r} must be an int, got {value!r}")
+        return int(value)
+
+    def float_attr(self, name: str, default: float) -> float:
+        value = self.attr(name, default)
+        if not isinstance(value, float | int | np.floating | np.integer):
+            raise ModelLoadError(
+                f"{self.where}: attribute {name!r} must be a number, got {value!r}"
+            )
+        return float(value)
 
     def input(self, index: int) -> Value:
         """A required input."""
         value = self.inputs[index] if index < len(self.inputs) else None
         if value is None:
-            raise ModelLoadError(
-                f"node {self.name!r} ({self.op_type}) lacks required input #{index}"
-            )
+            raise ModelLoadError(f"{self.where} lacks required input #{index}")
         return value
 
     def optional_input(self, index: int) -> Value | None:
@@ -70,7 +86,7 @@ class ConversionContext:
         array = self.constant(node.input(index))
         if array is None:
             raise UnsupportedOperatorError(
-                f"node {node.name!r} ({node.op_type}): input #{index} ({what}) must be a "
+                f"{node.where}: input #{index} ({what}) must be a "
                 "constant or computable from static shapes; Ember compiles static graphs"
             )
         return array
@@ -96,6 +112,11 @@ def dtype_from_onnx(elem_type: int, where: str) -> str:
             "(e.g. float32) before importing it"
         )
     return name
+
+
+def int_list(value: object) -> list[int]:
+    """An ints attribute or a constant array as a list of Python ints."""
+    return [int(v) for v in np.asarray(value).reshape(-1)]
 
 
 Converter = Callable[[ConversionContext, OnnxNode], Sequence[Value | None]]

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ember.errors import ModelLoadError, UnsupportedOperatorError
-from ember.frontend.onnx.registry import ConversionContext, OnnxNode, converter
-from ember.frontend.onnx.tensor import int_attr, int_list, normalize_axes
+from ember.frontend.onnx.registry import ConversionContext, OnnxNode, converter, int_list
+from ember.frontend.onnx.tensor import normalize_axes
 from ember.graph.ir import Value
 from ember.graph.ops.attrs import ResizeAttrs
 from ember.graph.ops.resize import COORDINATE_TRANSFORMS, NEAREST_MODES
@@ -24,22 +24,11 @@ _F32 = np.float32
 _MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "cubic": "cubic"}
 
 
-def _where(node: OnnxNode) -> str:
-    return f"node {node.name!r} ({node.op_type})"
-
-
-def _float_attr(node: OnnxNode, name: str, default: float) -> float:
-    value = node.attr(name, default)
-    if not isinstance(value, float | int | np.floating | np.integer):
-        raise ModelLoadError(f"{_where(node)}: attribute {name!r} must be a number, got {value!r}")
-    return float(value)
-
-
 def _mode(node: OnnxNode) -> str:
     mode = str(node.attr("mode", "nearest"))
     if mode not in _MODES:
         raise UnsupportedOperatorError(
-            f"{_where(node)}: mode {mode!r} is not supported (use nearest, linear or cubic)"
+            f"{node.where}: mode {mode!r} is not supported (use nearest, linear or cubic)"
         )
     return _MODES[mode]
 
@@ -49,7 +38,7 @@ def _sizes_from_scales(
 ) -> tuple[int, ...]:
     if len(scales) != len(shape) or any(s <= 0 for s in scales):
         raise ModelLoadError(
-            f"{_where(node)}: scales {list(scales)} need one positive entry per axis of "
+            f"{node.where}: scales {list(scales)} need one positive entry per axis of "
             f"the rank-{len(shape)} input"
         )
     return tuple(int(np.floor(_F32(d) * _F32(s))) for d, s in zip(shape, scales, strict=True))
@@ -64,7 +53,7 @@ def _legacy_nearest_mode(node: OnnxNode, scales: Sequence[float]) -> str:
     if all(s <= 1 for s in scales):
         return "ceil"
     raise UnsupportedOperatorError(
-        f"{_where(node)}: nearest resize that upsamples some axes and downsamples others "
+        f"{node.where}: nearest resize that upsamples some axes and downsamples others "
         f"(scales {list(scales)}) is not supported before opset 11"
     )
 
@@ -117,11 +106,11 @@ def _scales_and_sizes(
     given_sizes = [int(s) for s in _optional_constant(ctx, node, 3, "sizes")]
     if bool(given_scales) == bool(given_sizes):
         raise ModelLoadError(
-            f"{_where(node)}: exactly one of the scales and sizes inputs must be given"
+            f"{node.where}: exactly one of the scales and sizes inputs must be given"
         )
     if len(given_scales or given_sizes) != len(axes):
         raise ModelLoadError(
-            f"{_where(node)}: {'scales' if given_scales else 'sizes'} need one entry per "
+            f"{node.where}: {'scales' if given_scales else 'sizes'} need one entry per "
             f"resized axis ({len(axes)})"
         )
     scales = [1.0] * rank
@@ -142,7 +131,7 @@ def _scales_and_sizes(
     pick = {"not_larger": min, "not_smaller": max}.get(policy)
     if pick is None:
         raise ModelLoadError(
-            f"{_where(node)}: keep_aspect_ratio_policy {policy!r} is not one of stretch, "
+            f"{node.where}: keep_aspect_ratio_policy {policy!r} is not one of stretch, "
             "not_larger, not_smaller"
         )
     # One scale for all resized axes keeps the aspect ratio; lengths round half up.
@@ -157,7 +146,7 @@ def _checked_choice(node: OnnxNode, name: str, default: str, allowed: Sequence[s
     value = str(node.attr(name, default))
     if value not in allowed:
         raise UnsupportedOperatorError(
-            f"{_where(node)}: {name} {value!r} is not supported (use one of {', '.join(allowed)})"
+            f"{node.where}: {name} {value!r} is not supported (use one of {', '.join(allowed)})"
         )
     return value
 
@@ -169,8 +158,8 @@ def convert_resize(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]
         legacy_scales = [float(s) for s in ctx.require_constant(node, 1, "scales").reshape(-1)]
         legacy = _legacy_resize(node, data, legacy_scales)
         return [ctx.builder.add("resize", [data], legacy, node.name)]
-    if int_attr(node, "antialias", 0):
-        raise UnsupportedOperatorError(f"{_where(node)}: antialias=1 is not supported")
+    if node.int_attr("antialias", 0):
+        raise UnsupportedOperatorError(f"{node.where}: antialias=1 is not supported")
     transform = _checked_choice(
         node, "coordinate_transformation_mode", "half_pixel", tuple(COORDINATE_TRANSFORMS)
     )
@@ -183,7 +172,7 @@ def convert_resize(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]
         nearest_mode=_checked_choice(
             node, "nearest_mode", "round_prefer_floor", tuple(NEAREST_MODES)
         ),
-        cubic_coeff_a=_float_attr(node, "cubic_coeff_a", -0.75),
-        exclude_outside=bool(int_attr(node, "exclude_outside", 0)),
+        cubic_coeff_a=node.float_attr("cubic_coeff_a", -0.75),
+        exclude_outside=bool(node.int_attr("exclude_outside", 0)),
     )
     return [ctx.builder.add("resize", [data], attrs, node.name)]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ember.errors import ModelLoadError, ShapeError, UnsupportedOperatorError
-from ember.frontend.onnx.registry import ConversionContext, OnnxNode, converter
+from ember.frontend.onnx.registry import ConversionContext, OnnxNode, converter, int_list
 from ember.graph.ir import Value
 from ember.graph.ops.attrs import (
     AxisAttrs,
@@ -32,10 +32,7 @@ from ember.graph.ops.math import broadcast_shapes
 def normalize_axis(node: OnnxNode, axis: int, rank: int) -> int:
     """An ONNX axis in -rank..rank-1 as a non-negative graph axis."""
     if not -rank <= axis < rank:
-        raise ModelLoadError(
-            f"node {node.name!r} ({node.op_type}): axis {axis} is out of range for a "
-            f"rank-{rank} input"
-        )
+        raise ModelLoadError(f"{node.where}: axis {axis} is out of range for a rank-{rank} input")
     return axis + rank if axis < 0 else axis
 
 
@@ -43,23 +40,8 @@ def normalize_axes(node: OnnxNode, axes: Sequence[int], rank: int) -> tuple[int,
     """Several axes, normalised; each may appear once."""
     normalized = tuple(normalize_axis(node, int(a), rank) for a in axes)
     if len(set(normalized)) != len(normalized):
-        raise ModelLoadError(f"node {node.name!r} ({node.op_type}): axes {list(axes)} repeat")
+        raise ModelLoadError(f"{node.where}: axes {list(axes)} repeat")
     return normalized
-
-
-def int_attr(node: OnnxNode, name: str, default: int | None = None) -> int:
-    """An int attribute (required when `default` is None)."""
-    value = node.attr(name) if default is None else node.attr(name, default)
-    if not isinstance(value, int | np.integer):
-        raise ModelLoadError(
-            f"node {node.name!r} ({node.op_type}): attribute {name!r} must be an int, got {value!r}"
-        )
-    return int(value)
-
-
-def int_list(value: object) -> list[int]:
-    """An ints attribute or a constant array as a list of Python ints."""
-    return [int(v) for v in np.asarray(value).reshape(-1)]
 
 
 def attr_or_input(
@@ -117,7 +99,7 @@ def convert_reshape(ctx: ConversionContext, node: OnnxNode) -> list[Value | None
 @converter("Flatten")
 def convert_flatten(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     data = node.input(0)
-    axis = int_attr(node, "axis", 1)
+    axis = node.int_attr("axis", 1)
     # axis == rank is allowed: everything goes into the first dimension.
     axis = axis if axis == data.type.ndim else normalize_axis(node, axis, data.type.ndim)
     shape = [math.prod(data.shape[:axis]), math.prod(data.shape[axis:])]
@@ -158,8 +140,8 @@ def convert_unsqueeze(ctx: ConversionContext, node: OnnxNode) -> list[Value | No
 @converter("Shape")
 def convert_shape(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     # Python slicing clamps and counts negative bounds from the end, as Shape-15 does.
-    start = int_attr(node, "start", 0)
-    end = int_attr(node, "end") if "end" in node.attrs else None
+    start = node.int_attr("start", 0)
+    end = node.int_attr("end") if "end" in node.attrs else None
     dims = node.input(0).shape[start:end]
     return [ctx.builder.constant(np.array(dims, dtype=np.int64))]
 
@@ -199,7 +181,7 @@ def convert_transpose(ctx: ConversionContext, node: OnnxNode) -> list[Value | No
 @converter("Concat")
 def convert_concat(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     inputs = [node.input(i) for i in range(len(node.inputs))]
-    axis = normalize_axis(node, int_attr(node, "axis"), inputs[0].type.ndim)
+    axis = normalize_axis(node, node.int_attr("axis"), inputs[0].type.ndim)
     return [ctx.builder.add("concat", inputs, AxisAttrs(axis), node.name)]
 
 
@@ -209,7 +191,7 @@ def _split_sizes(ctx: ConversionContext, node: OnnxNode, extent: int) -> list[in
         return sizes
     if "num_outputs" in node.attrs:
         # Split-18: equal pieces of ceil(extent / n), the last one smaller.
-        count = int_attr(node, "num_outputs")
+        count = node.int_attr("num_outputs")
         piece = math.ceil(extent / count)
         return [min(piece, extent - i * piece) for i in range(count)]
     if extent % node.num_outputs:
@@ -223,7 +205,7 @@ def _split_sizes(ctx: ConversionContext, node: OnnxNode, extent: int) -> list[in
 @converter("Split")
 def convert_split(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     data = node.input(0)
-    axis = normalize_axis(node, int_attr(node, "axis", 0), data.type.ndim)
+    axis = normalize_axis(node, node.int_attr("axis", 0), data.type.ndim)
     sizes = _split_sizes(ctx, node, data.shape[axis])
     attrs = SplitAttrs(axis, tuple(sizes))
     return list(ctx.builder.add_multi("split", [data], attrs, node.name))
@@ -283,7 +265,7 @@ def convert_slice(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
 @converter("Gather", "GatherElements")
 def convert_gather(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     data, indices = node.input(0), node.input(1)
-    axis = normalize_axis(node, int_attr(node, "axis", 0), data.type.ndim)
+    axis = normalize_axis(node, node.int_attr("axis", 0), data.type.ndim)
     op = "gather" if node.op_type == "Gather" else "gather_elements"
     return [ctx.builder.add(op, [data, indices], AxisAttrs(axis), node.name)]
 
@@ -306,7 +288,7 @@ def convert_tile(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
 @converter("DepthToSpace", "SpaceToDepth")
 def convert_block(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     # SpaceToDepth gained `mode` in opset 28; older models have none and mean DCR.
-    attrs = BlockAttrs(int_attr(node, "blocksize"), str(node.attr("mode", "DCR")))
+    attrs = BlockAttrs(node.int_attr("blocksize"), str(node.attr("mode", "DCR")))
     op = "depth_to_space" if node.op_type == "DepthToSpace" else "space_to_depth"
     return [ctx.builder.add(op, [node.input(0)], attrs, node.name)]
 

@@ -65,6 +65,7 @@ from ember.graph.ir import (
     Value,
     prune_params,
     remove_dead_nodes,
+    rename_values,
 )
 from ember.graph.ops import OpPattern, get_op
 from ember.graph.ops.attrs import (
@@ -82,7 +83,7 @@ from ember.graph.ops.attrs import (
 )
 from ember.graph.ops.layout import SPATIAL_LETTERS, channels_first, channels_last
 from ember.graph.ops.reduce import reduced_axes
-from ember.graph.passes.rewrite import NameSupply, defined_by_nodes, make_node, rename_values
+from ember.graph.passes.rewrite import NameSupply, defined_by_nodes, make_node
 
 Perm = tuple[int, ...]
 

@@ -8,7 +8,7 @@ and rename values throughout a graph.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from ember.graph.ir import Attrs, Graph, NoAttrs, Node, Value
 from ember.graph.ops import infer_types
@@ -49,30 +49,6 @@ def make_node(
         output_names = [name] if len(types) == 1 else [f"{name}:{i}" for i in range(len(types))]
     outputs = tuple(Value(n, t) for n, t in zip(output_names, types, strict=True))
     return Node(op, tuple(inputs), outputs, attrs, name)
-
-
-def rename_values(graph: Graph, new_names: Mapping[str, str]) -> Graph:
-    """Rename values (where defined and where read). The caller makes sure the new
-    names are unused; only node outputs may be renamed (inputs and params name
-    entries of the user's feeds and the params dict)."""
-    if not new_names:
-        return graph
-
-    def renamed(value: Value) -> Value:
-        name = new_names.get(value.name)
-        return value if name is None else Value(name, value.type)
-
-    nodes = tuple(
-        Node(
-            node.op,
-            tuple(renamed(v) for v in node.inputs),
-            tuple(renamed(v) for v in node.outputs),
-            node.attrs,
-            node.name,
-        )
-        for node in graph.nodes
-    )
-    return graph.replace(nodes=nodes, outputs=tuple(renamed(v) for v in graph.outputs))
 
 
 def defined_by_nodes(nodes: Iterable[Node]) -> set[str]:

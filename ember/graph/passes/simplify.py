@@ -13,9 +13,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember.graph.ir import Attrs, Graph, Node, Params, Value, prune_params, remove_dead_nodes
+from ember.graph.ir import (
+    Attrs,
+    Graph,
+    Node,
+    Params,
+    Value,
+    prune_params,
+    remove_dead_nodes,
+    rename_values,
+)
 from ember.graph.ops.attrs import ReshapeAttrs, TransposeAttrs
-from ember.graph.passes.rewrite import make_node, rename_values
+from ember.graph.passes.rewrite import make_node
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,206 @@
+"""Loop IR: the imperative program a schedule lowers to, and codegen renders.
+
+Expressions are `ember.te.expr` nodes plus three loop-level ones: `Load` (a buffer
+read), and the vector forms `Ramp` (base, base+stride, ...) and `Broadcast`. A vector
+expression's dtype carries its lanes: `"float32x16"`, `"int64x8"`.
+
+Statements: `For` (serial, parallel, vectorized, unrolled; always from 0), `Store`,
+`Allocate` (a buffer live for its body; scope "global" or "local" = registers/stack),
+`IfThenElse`, `Seq`, `LetStmt`. A kernel is a `PrimFunc` over buffer arguments.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ember.te.expr import Expr, Var
+
+
+def vector_dtype(dtype: str, lanes: int) -> str:
+    return dtype if lanes == 1 else f"{dtype}x{lanes}"
+
+
+def split_dtype(dtype: str) -> tuple[str, int]:
+    """`"float32x16"` -> ("float32", 16); `"float32"` -> ("float32", 1)."""
+    base, _, lanes = dtype.partition("x")
+    return base, int(lanes) if lanes else 1
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Buffer:
+    """A named array. Identity matters (two buffers may share a name in different
+    kernels); `scope` is "global" (argument or heap) or "local" (stack/registers)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    scope: str = "global"
+
+    @property
+    def size(self) -> int:
+        total = 1
+        for extent in self.shape:
+            total *= extent
+        return total
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.name}, {list(self.shape)}, {self.dtype}, {self.scope})"
+
+
+# -- loop-level expressions ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Load(Expr):
+    """`buffer[indices]`; a vector load when an index is a vector (Ramp)."""
+
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+
+    @property
+    def dtype(self) -> str:
+        lanes = max((split_dtype(i.dtype)[1] for i in self.indices), default=1)
+        return vector_dtype(self.buffer.dtype, lanes)
+
+    def expr_children(self) -> tuple[Expr, ...]:
+        return self.indices
+
+    def with_expr_children(self, children: tuple[Expr, ...]) -> Load:
+        return Load(self.buffer, children)
+
+    def format(self, fmt: Callable[[Expr], str]) -> str:
+        return f"{self.buffer.name}[{', '.join(fmt(i) for i in self.indices)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Ramp(Expr):
+    """The vector `base, base + stride, ..., base + (lanes - 1) * stride`."""
+
+    base: Expr
+    stride: int
+    lanes: int
+
+    @property
+    def dtype(self) -> str:
+        return vector_dtype(self.base.dtype, self.lanes)
+
+    def expr_children(self) -> tuple[Expr, ...]:
+        return (self.base,)
+
+    def with_expr_children(self, children: tuple[Expr, ...]) -> Ramp:
+        return Ramp(children[0], self.stride, self.lanes)
+
+    def format(self, fmt: Callable[[Expr], str]) -> str:
+        return f"ramp({fmt(self.base)}, {self.stride}, {self.lanes})"
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast(Expr):
+    """A scalar repeated in every lane."""
+
+    value: Expr
+    lanes: int
+
+    @property
+    def dtype(self) -> str:
+        return vector_dtype(self.value.dtype, self.lanes)
+
+    def expr_children(self) -> tuple[Expr, ...]:
+        return (self.value,)
+
+    def with_expr_children(self, children: tuple[Expr, ...]) -> Broadcast:
+        return Broadcast(children[0], self.lanes)
+
+    def format(self, fmt: Callable[[Expr], str]) -> str:
+        return f"broadcast({fmt(self.value)}, {self.lanes})"
+
+
+# -- statements -----------------------------------------------------------------------
+
+
+class Stmt:
+    """Base of statements."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        from ember.loop.printer import format_stmt
+
+        return format_stmt(self)
+
+
+class ForKind(enum.Enum):
+    SERIAL = "serial"
+    PARALLEL = "parallel"
+    VECTORIZED = "vectorized"
+    UNROLLED = "unrolled"
+
+
+@dataclass(frozen=True, slots=True)
+class For(Stmt):
+    """`for var in 0 .. extent-1`. `unroll_max_step` > 0 asks codegen to unroll inner
+    serial loops up to that many iterations (the auto_unroll_max_step pragma)."""
+
+    var: Var
+    extent: Expr
+    kind: ForKind
+    body: Stmt
+    unroll_max_step: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Store(Stmt):
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Allocate(Stmt):
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class IfThenElse(Stmt):
+    condition: Expr
+    then_body: Stmt
+    else_body: Stmt | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Seq(Stmt):
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LetStmt(Stmt):
+    """Bind `var` to `value` (evaluated once) within `body`."""
+
+    var: Var
+    value: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class PrimFunc:
+    """A kernel: `name(args...)` where args are global buffers (inputs, then outputs)."""
+
+    name: str
+    args: tuple[Buffer, ...]
+    body: Stmt
+
+    def __str__(self) -> str:
+        from ember.loop.printer import format_func
+
+        return format_func(self)
+
+
+def seq(*stmts: Stmt) -> Stmt:
+    """A sequence, flattened; a single statement is returned as is."""
+    flat: list[Stmt] = []
+    for stmt in stmts:
+        flat.extend(stmt.stmts if isinstance(stmt, Seq) else (stmt,))
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))

@@ -1,0 +1,423 @@
+"""Transform steps: frozen dataclasses, JSON round-trip, and their effect on a State.
+
+Every step names its stage and iterators by position in the state it applies to (what
+a record stores). `step.apply(state)` checks legality first, cheaply and precisely,
+raising `ScheduleError` with the reason, then returns the new state with the step
+appended. `replay(dag, steps)` rebuilds a state from a saved step list.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, ClassVar
+
+from ember.schedule.state import (
+    Annotation,
+    FuseRelation,
+    Iterator,
+    IteratorKind,
+    Location,
+    ScheduleError,
+    SplitRelation,
+    Stage,
+    State,
+    initial_stage,
+)
+from ember.te.dag import ComputeDAG
+from ember.te.expr import Reduce, TensorRead
+from ember.te.tensor import ComputeOp, Tensor, compute
+from ember.te.visit import map_expr
+
+
+class Step:
+    """Base of transform steps. `kind` is the tag used in records."""
+
+    kind: ClassVar[str] = ""
+
+    def apply(self, state: State) -> State:
+        raise NotImplementedError
+
+    def to_json(self) -> list[Any]:
+        values: list[Any] = [self.kind]
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            values.append(value.value if isinstance(value, Annotation) else _plain(value))
+        return values
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _attached_at(state: State, stage_index: int, iterator: str) -> list[str]:
+    """Names of stages computed inside `iterator` of stage `stage_index`."""
+    return [
+        s.name
+        for s in state.stages
+        if s.location is Location.ATTACHED
+        and s.attach_stage == stage_index
+        and s.attach_iter == iterator
+    ]
+
+
+def _require_compute(stage: Stage) -> None:
+    if stage.is_placeholder:
+        raise ScheduleError(f"stage {stage.name!r} is a placeholder and has no loops")
+
+
+def _loop_stage(state: State, stage_id: int) -> Stage:
+    stage = state.stage(stage_id)
+    _require_compute(stage)
+    if stage.location is Location.INLINED:
+        raise ScheduleError(f"stage {stage.name!r} is inlined and has no loops of its own")
+    return stage
+
+
+@dataclass(frozen=True, slots=True)
+class SplitStep(Step):
+    """Split iterator `iter_id` into `1 + len(factors)` iterators: an outer one with
+    extent ceil(extent / prod(factors)), then one per factor (outermost first)."""
+
+    kind: ClassVar[str] = "SP"
+    stage_id: int
+    iter_id: int
+    factors: tuple[int, ...]
+
+    def apply(self, state: State) -> State:
+        stage = _loop_stage(state, self.stage_id)
+        iterator = stage.check_iter(self.iter_id)
+        if not self.factors or any(f < 1 for f in self.factors):
+            raise ScheduleError(f"split factors {list(self.factors)} must be positive")
+        if iterator.annotation is not Annotation.NONE:
+            raise ScheduleError(f"cannot split annotated iterator {iterator.name!r}")
+        if _attached_at(state, self.stage_id, iterator.name):
+            raise ScheduleError(
+                f"cannot split {iterator.name!r}: stages are computed at it "
+                f"({', '.join(_attached_at(state, self.stage_id, iterator.name))})"
+            )
+        outer = math.ceil(iterator.extent / math.prod(self.factors))
+        extents = (outer, *self.factors)
+        names = tuple(f"{iterator.name}.{k}" for k in range(len(extents)))
+        new_iters = tuple(
+            Iterator(n, e, iterator.kind) for n, e in zip(names, extents, strict=True)
+        )
+        iters = stage.iters[: self.iter_id] + new_iters + stage.iters[self.iter_id + 1 :]
+        relation = SplitRelation(iterator.name, names, extents, iterator.extent)
+        new_stage = replace(stage, iters=iters, relations=(*stage.relations, relation))
+        return state.with_stage(self.stage_id, new_stage).with_step(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ReorderStep(Step):
+    """Reorder all iterators of a stage: `order` lists the old indices, outermost first."""
+
+    kind: ClassVar[str] = "RE"
+    stage_id: int
+    order: tuple[int, ...]
+
+    def apply(self, state: State) -> State:
+        stage = _loop_stage(state, self.stage_id)
+        if sorted(self.order) != list(range(len(stage.iters))):
+            raise ScheduleError(
+                f"reorder of stage {stage.name!r} needs a permutation of "
+                f"0..{len(stage.iters) - 1}, got {list(self.order)}"
+            )
+        iters = tuple(stage.iters[i] for i in self.order)
+        return state.with_stage(self.stage_id, replace(stage, iters=iters)).with_step(self)
+
+
+@dataclass(frozen=True, slots=True)
+class FuseStep(Step):
+    """Fuse consecutive iterators `iter_ids` into one."""
+
+    kind: ClassVar[str] = "FU"
+    stage_id: int
+    iter_ids: tuple[int, ...]
+
+    def apply(self, state: State) -> State:
+        stage = _loop_stage(state, self.stage_id)
+        ids = list(self.iter_ids)
+        if len(ids) < 2 or ids != list(range(ids[0], ids[0] + len(ids))):
+            raise ScheduleError(f"fuse needs two or more consecutive iterators, got {ids}")
+        parts = [stage.check_iter(i) for i in ids]
+        for part in parts:
+            if part.annotation is not Annotation.NONE:
+                raise ScheduleError(f"cannot fuse annotated iterator {part.name!r}")
+            if _attached_at(state, self.stage_id, part.name):
+                raise ScheduleError(f"cannot fuse {part.name!r}: stages are computed at it")
+        kinds = {p.kind for p in parts}
+        kind = kinds.pop() if len(kinds) == 1 else IteratorKind.MIXED
+        name = "@".join(p.name for p in parts)
+        fused = Iterator(name, math.prod(p.extent for p in parts), kind)
+        iters = (*stage.iters[: ids[0]], fused, *stage.iters[ids[-1] + 1 :])
+        relation = FuseRelation(tuple(p.name for p in parts), tuple(p.extent for p in parts), name)
+        new_stage = replace(stage, iters=iters, relations=(*stage.relations, relation))
+        return state.with_stage(self.stage_id, new_stage).with_step(self)
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationStep(Step):
+    """Mark an iterator parallel, vectorized or unrolled."""
+
+    kind: ClassVar[str] = "AN"
+    stage_id: int
+    iter_id: int
+    annotation: Annotation
+
+    def apply(self, state: State) -> State:
+        stage = _loop_stage(state, self.stage_id)
+        iterator = stage.check_iter(self.iter_id)
+        if iterator.annotation is not Annotation.NONE:
+            raise ScheduleError(
+                f"iterator {iterator.name!r} is already {iterator.annotation.value}"
+            )
+        if self.annotation in (Annotation.PARALLEL, Annotation.VECTORIZE) and (
+            iterator.kind is not IteratorKind.SPATIAL
+        ):
+            raise ScheduleError(
+                f"cannot {self.annotation.value} {iterator.kind.value} iterator "
+                f"{iterator.name!r}: iterations would race on the accumulator"
+            )
+        if self.annotation is Annotation.PARALLEL and stage.location is not Location.ROOT:
+            raise ScheduleError(
+                f"stage {stage.name!r} is computed inside another loop; only root stages "
+                "get parallel loops (nested parallelism oversubscribes the cores)"
+            )
+        iters = list(stage.iters)
+        iters[self.iter_id] = replace(iterator, annotation=self.annotation)
+        return state.with_stage(self.stage_id, replace(stage, iters=tuple(iters))).with_step(self)
+
+
+@dataclass(frozen=True, slots=True)
+class PragmaStep(Step):
+    """`auto_unroll_max_step`: unroll loops inside `iter_id` up to `value` iterations."""
+
+    kind: ClassVar[str] = "PR"
+    stage_id: int
+    iter_id: int
+    value: int
+
+    def apply(self, state: State) -> State:
+        stage = _loop_stage(state, self.stage_id)
+        iterator = stage.check_iter(self.iter_id)
+        if self.value < 0:
+            raise ScheduleError(f"auto_unroll_max_step must be >= 0, got {self.value}")
+        pragmas = (*stage.unroll_max_step, (iterator.name, self.value))
+        return state.with_stage(self.stage_id, replace(stage, unroll_max_step=pragmas)).with_step(
+            self
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeAtStep(Step):
+    """Compute stage `stage_id` inside iterator `target_iter_id` of a consumer stage,
+    for just the region that one iteration of the consumer needs."""
+
+    kind: ClassVar[str] = "CA"
+    stage_id: int
+    target_stage_id: int
+    target_iter_id: int
+
+    def apply(self, state: State) -> State:
+        stage = _loop_stage(state, self.stage_id)
+        target = _loop_stage(state, self.target_stage_id)
+        iterator = target.check_iter(self.target_iter_id)
+        if any(stage.tensor is t for t in state.dag.outputs):
+            raise ScheduleError(f"stage {stage.name!r} is an output and must stay at root")
+        if self.target_stage_id not in state.consumers(self.stage_id):
+            raise ScheduleError(
+                f"stage {target.name!r} does not read {stage.name!r}; compute_at needs a consumer"
+            )
+        if any(it.annotation is Annotation.PARALLEL for it in stage.iters):
+            raise ScheduleError(f"stage {stage.name!r} has a parallel loop and must stay at root")
+        new_stage = replace(
+            stage,
+            location=Location.ATTACHED,
+            attach_stage=self.target_stage_id,
+            attach_iter=iterator.name,
+        )
+        return state.with_stage(self.stage_id, new_stage).with_step(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeInlineStep(Step):
+    """Substitute the stage's expression into its consumers; it gets no loops."""
+
+    kind: ClassVar[str] = "CI"
+    stage_id: int
+
+    def apply(self, state: State) -> State:
+        stage = _loop_stage(state, self.stage_id)
+        if isinstance(stage.compute_op.body, Reduce):
+            raise ScheduleError(f"stage {stage.name!r} is a reduction and cannot be inlined")
+        if any(stage.tensor is t for t in state.dag.outputs):
+            raise ScheduleError(f"stage {stage.name!r} is an output and cannot be inlined")
+        if any(
+            s.attach_stage == self.stage_id for s in state.stages if s.location is Location.ATTACHED
+        ):
+            raise ScheduleError(f"stages are computed inside {stage.name!r}; it cannot be inlined")
+        if not state.consumers(self.stage_id):
+            raise ScheduleError(f"stage {stage.name!r} has no consumer to be inlined into")
+        new_stage = replace(stage, location=Location.INLINED, attach_stage=-1, attach_iter="")
+        return state.with_stage(self.stage_id, new_stage).with_step(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeRootStep(Step):
+    """Compute the stage in its own loop nest at the top level (undo compute_at)."""
+
+    kind: ClassVar[str] = "CR"
+    stage_id: int
+
+    def apply(self, state: State) -> State:
+        stage = state.stage(self.stage_id)
+        _require_compute(stage)
+        new_stage = replace(stage, location=Location.ROOT, attach_stage=-1, attach_iter="")
+        return state.with_stage(self.stage_id, new_stage).with_step(self)
+
+
+def _insert_stage(state: State, index: int, stage: Stage) -> State:
+    """Insert a stage at `index`, shifting attach references to stages after it."""
+    shifted = tuple(
+        replace(s, attach_stage=s.attach_stage + 1) if s.attach_stage >= index else s
+        for s in state.stages
+    )
+    return replace(state, stages=(*shifted[:index], stage, *shifted[index:]))
+
+
+@dataclass(frozen=True, slots=True)
+class CacheWriteStep(Step):
+    """Compute the stage into a new `<name>.<scope>` stage (e.g. register-resident
+    accumulators) and make the original stage a copy out of it. The new stage is
+    inserted before the original, which moves one index up."""
+
+    kind: ClassVar[str] = "CW"
+    stage_id: int
+    scope: str = "local"
+
+    def apply(self, state: State) -> State:
+        stage = _loop_stage(state, self.stage_id)
+        op = stage.compute_op
+        if stage.relations or stage.iters != initial_stage(stage.tensor).iters:
+            raise ScheduleError(
+                f"cache_write of {stage.name!r} must come before its other transform steps"
+            )
+        cache = Tensor(ComputeOp(f"{op.name}.{self.scope}", op.axes, op.body, op.tag))
+        copy = ComputeOp(op.name, op.axes, cache[tuple(a.var for a in op.axes)], op.tag)
+        cache_stage = replace(initial_stage(cache), scope=self.scope)
+        copied = replace(
+            initial_stage(Tensor(copy)),
+            tensor=stage.tensor,
+            location=stage.location,
+            attach_stage=stage.attach_stage,
+            attach_iter=stage.attach_iter,
+        )
+        state = state.with_stage(self.stage_id, copied)
+        return _insert_stage(state, self.stage_id, cache_stage).with_step(self)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheReadStep(Step):
+    """Copy the stage's tensor into a new `<name>.<scope>` stage read by `reader_ids`
+    instead (inserted right after the stage)."""
+
+    kind: ClassVar[str] = "CHR"
+    stage_id: int
+    scope: str
+    reader_ids: tuple[int, ...]
+
+    def apply(self, state: State) -> State:
+        stage = state.stage(self.stage_id)
+        consumers = state.consumers(self.stage_id)
+        if not self.reader_ids or any(r not in consumers for r in self.reader_ids):
+            raise ScheduleError(
+                f"cache_read readers {list(self.reader_ids)} must be consumers of "
+                f"{stage.name!r} ({consumers})"
+            )
+        source = stage.tensor
+        shape = source.shape
+        cache = compute(
+            shape,
+            lambda *i: source[i],
+            name=f"{stage.name}.{self.scope}",
+            axis_names=[f"ax{k}" for k in range(len(shape))],
+        )
+        for reader_id in self.reader_ids:
+            reader = state.stages[reader_id]
+            op = reader.compute_op
+            body = map_expr(
+                op.body,
+                lambda node: (
+                    TensorRead(cache, node.indices)
+                    if isinstance(node, TensorRead) and node.tensor is source
+                    else None
+                ),
+            )
+            state = state.with_stage(
+                reader_id, replace(reader, op=ComputeOp(op.name, op.axes, body, op.tag))
+            )
+        new_stage = replace(initial_stage(cache), scope=self.scope)
+        return _insert_stage(state, self.stage_id + 1, new_stage).with_step(self)
+
+
+STEP_TYPES: dict[str, type[Step]] = {
+    cls.kind: cls
+    for cls in (
+        SplitStep,
+        ReorderStep,
+        FuseStep,
+        AnnotationStep,
+        PragmaStep,
+        ComputeAtStep,
+        ComputeInlineStep,
+        ComputeRootStep,
+        CacheWriteStep,
+        CacheReadStep,
+    )
+}
+
+
+def step_from_json(data: Sequence[Any]) -> Step:
+    """Inverse of `Step.to_json`."""
+    if not data or data[0] not in STEP_TYPES:
+        raise ScheduleError(f"unknown transform step {list(data)[:1]}")
+    cls = STEP_TYPES[data[0]]
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    if len(data) - 1 != len(names):
+        raise ScheduleError(f"step {data[0]} takes {len(names)} fields, got {len(data) - 1}")
+    values = []
+    for f, value in zip(fields(cls), data[1:], strict=True):  # type: ignore[arg-type]
+        if f.name == "annotation":
+            value = Annotation(value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        values.append(value)
+    return cls(*values)
+
+
+def replay(dag: ComputeDAG, steps: Sequence[Step]) -> State:
+    """Apply `steps` in order to the initial state of `dag`."""
+    state = State.initial(dag)
+    for step in steps:
+        state = step.apply(state)
+    return state
+
+
+__all__ = [
+    "STEP_TYPES",
+    "AnnotationStep",
+    "CacheReadStep",
+    "CacheWriteStep",
+    "ComputeAtStep",
+    "ComputeInlineStep",
+    "ComputeRootStep",
+    "FuseStep",
+    "PragmaStep",
+    "ReorderStep",
+    "SplitStep",
+    "Step",
+    "replay",
+    "step_from_json",
+]
