@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from onnx_models import graph_model
 
 from ember.errors import ModelLoadError, ShapeError, UnsupportedOperatorError
 from ember.frontend import from_onnx
@@ -16,26 +17,13 @@ from ember.graph import interpret
 from ember.testing.oracle import check_against_onnxruntime
 
 
-def _model(
-    nodes: list[onnx.NodeProto],
-    inputs: list[onnx.ValueInfoProto],
-    outputs: list[onnx.ValueInfoProto],
-    initializers: list[onnx.TensorProto] | None = None,
-    opset: int = 13,
-) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "test", inputs, outputs, initializers or [])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8  # what onnxruntime in the test environment accepts
-    return model
-
-
 def _tensor(name: str, shape: list[int | str] | None, dtype: int = TensorProto.FLOAT):
     return helper.make_tensor_value_info(name, dtype, shape)
 
 
 def _relu_model(shape: list[int | str] | None = None, opset: int = 13) -> onnx.ModelProto:
     shape = [2, 3] if shape is None else shape
-    return _model(
+    return graph_model(
         [helper.make_node("Relu", ["x"], ["y"], name="relu")],
         [_tensor("x", shape)],
         [_tensor("y", shape)],
@@ -87,7 +75,7 @@ def test_not_an_onnx_file(tmp_path: Path, content: bytes) -> None:
 
 def test_truncated_file(tmp_path: Path) -> None:
     weights = helper.make_tensor("w", TensorProto.FLOAT, [64, 64], np.ones(64 * 64))
-    model = _model(
+    model = graph_model(
         [helper.make_node("MatMul", ["x", "w"], ["y"])],
         [_tensor("x", [1, 64])],
         [_tensor("y", [1, 64])],
@@ -116,7 +104,7 @@ def test_old_opset_is_rejected() -> None:
 def test_opset_is_visible_to_converters() -> None:
     # Clip's bounds are attributes before opset 11 and inputs after: the loader must
     # hand the model's opset to the converter for both forms to import.
-    old = _model(
+    old = graph_model(
         [helper.make_node("Clip", ["x"], ["y"], min=0.0, max=1.0)],
         [_tensor("x", [4])],
         [_tensor("y", [4])],
@@ -152,7 +140,7 @@ def test_all_unsupported_operators_are_listed_at_once() -> None:
         helper.make_node("NonMaxSuppression", ["b", "s"], ["n3"], name="nms_3"),
         helper.make_node("FusedGemm", ["x", "x"], ["g"], name="fused", domain="com.microsoft"),
     ]
-    model = _model(
+    model = graph_model(
         nodes,
         [_tensor("x", [2, 2]), _tensor("b", [1, 4, 4]), _tensor("s", [1, 1, 4])],
         [_tensor("r", [2, 2]), _tensor("n3", None, TensorProto.INT64)],
@@ -172,7 +160,7 @@ def test_subgraph_operators_are_unsupported() -> None:
         [helper.make_node("Identity", ["x"], ["out"])], "branch", [], [_tensor("out", [2])]
     )
     node = helper.make_node("If", ["c"], ["y"], name="if0", then_branch=branch, else_branch=branch)
-    model = _model(
+    model = graph_model(
         [node], [_tensor("c", [], TensorProto.BOOL), _tensor("x", [2])], [_tensor("y", [2])]
     )
     with pytest.raises(UnsupportedOperatorError, match=r"If \(x1, e.g. node 'if0'\)"):
@@ -183,7 +171,7 @@ def test_subgraph_operators_are_unsupported() -> None:
 
 
 def test_undefined_value_is_reported() -> None:
-    model = _model(
+    model = graph_model(
         [helper.make_node("Add", ["x", "ghost"], ["y"], name="add")],
         [_tensor("x", [2])],
         [_tensor("y", [2])],
@@ -193,7 +181,7 @@ def test_undefined_value_is_reported() -> None:
 
 
 def test_duplicate_output_is_reported() -> None:
-    model = _model(
+    model = graph_model(
         [
             helper.make_node("Relu", ["x"], ["y"], name="first"),
             helper.make_node("Neg", ["x"], ["y"], name="second"),
@@ -207,7 +195,7 @@ def test_duplicate_output_is_reported() -> None:
 
 def test_checker_failure_is_a_model_load_error() -> None:
     # Relu with an attribute it does not have: structurally fine, invalid per the spec.
-    model = _model(
+    model = graph_model(
         [helper.make_node("Relu", ["x"], ["y"], name="relu", bogus=3)],
         [_tensor("x", [2])],
         [_tensor("y", [2])],
@@ -235,7 +223,7 @@ def test_symbolic_dim_from_shapes() -> None:
 
 
 def test_input_without_shape_needs_a_shape() -> None:
-    model = _model(
+    model = graph_model(
         [helper.make_node("Relu", ["x"], ["y"])], [_tensor("x", None)], [_tensor("y", None)]
     )
     with pytest.raises(ShapeError, match="graph input 'x' has no shape in the model"):
@@ -266,7 +254,7 @@ def test_wrong_shape_override(shapes: dict[str, tuple[int, ...]], message: str) 
 
 
 def test_unsupported_input_dtype() -> None:
-    model = _model(
+    model = graph_model(
         [helper.make_node("Relu", ["x"], ["y"])],
         [_tensor("x", [2], TensorProto.BFLOAT16)],
         [_tensor("y", [2], TensorProto.BFLOAT16)],
@@ -278,7 +266,7 @@ def test_unsupported_input_dtype() -> None:
 def test_initializer_listed_as_input_is_a_param() -> None:
     # Models from IR version 3 and older list every initializer among the inputs.
     weights = helper.make_tensor("w", TensorProto.FLOAT, [2], [1.0, 2.0])
-    model = _model(
+    model = graph_model(
         [helper.make_node("Add", ["x", "w"], ["y"])],
         [_tensor("x", [2]), _tensor("w", [2])],
         [_tensor("y", [2])],
@@ -305,7 +293,7 @@ def test_shape_subgraph_folds_to_a_constant() -> None:
         helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
         helper.make_tensor("minus_one", TensorProto.INT64, [1], [-1]),
     ]
-    model = _model(nodes, [_tensor("x", [2, 3, 4])], [_tensor("y", [2, 12])], initializers)
+    model = graph_model(nodes, [_tensor("x", [2, 3, 4])], [_tensor("y", [2, 12])], initializers)
     graph, params = from_onnx(model)
     assert [node.op for node in graph.nodes] == ["reshape"]
     assert params == {}
@@ -322,7 +310,7 @@ def test_outputs_keep_onnx_names_even_when_constant_or_inputs() -> None:
         helper.make_node("Identity", ["relu_out"], ["relu_again"]),
     ]
     outputs = [_tensor(n, [2]) for n in ("const_out", "x_copy", "relu_out", "relu_again", "x")]
-    model = _model(nodes, [_tensor("x", [2])], outputs)
+    model = graph_model(nodes, [_tensor("x", [2])], outputs)
     graph, params = from_onnx(model)
     assert [v.name for v in graph.outputs] == [
         "const_out",
@@ -345,7 +333,7 @@ def _dropout_model(read_mask: bool) -> onnx.ModelProto:
         if read_mask
         else (helper.make_node("Relu", ["y"], ["z"]))
     )
-    return _model(
+    return graph_model(
         [helper.make_node("Dropout", ["x"], ["y", "mask"], name="drop"), consumer],
         [_tensor("x", [2])],
         [_tensor("z", [2])],
@@ -366,7 +354,7 @@ def test_unproduced_output_is_an_error_only_when_read(monkeypatch: pytest.Monkey
 
 
 def test_converter_errors_name_the_node() -> None:
-    model = _model(
+    model = graph_model(
         [helper.make_node("Add", ["x", "y"], ["z"], name="bad_add")],
         [_tensor("x", [2]), _tensor("y", [3])],
         [_tensor("z", [2])],
@@ -380,7 +368,7 @@ def test_converter_errors_name_the_node() -> None:
 
 def _matmul_model() -> tuple[onnx.ModelProto, np.ndarray]:
     weights = np.arange(64 * 64, dtype=np.float32).reshape(64, 64) / 4096
-    model = _model(
+    model = graph_model(
         [helper.make_node("MatMul", ["x", "w"], ["y"])],
         [_tensor("x", [1, 64])],
         [_tensor("y", [1, 64])],
@@ -410,7 +398,7 @@ def test_model_local_functions_are_inlined() -> None:
     function = helper.make_function(
         "local", "NegRelu", ["a"], ["b"], body, [helper.make_opsetid("", 13)]
     )
-    model = _model(
+    model = graph_model(
         [helper.make_node("NegRelu", ["x"], ["y"], domain="local")],
         [_tensor("x", [3])],
         [_tensor("y", [3])],

@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from onnx_models import Declared, onnx_model
 
 from ember.frontend import from_onnx
 from ember.frontend.onnx.math import BINARY_OPS, UNARY_OPS
@@ -16,29 +17,17 @@ RNG = np.random.default_rng(0)
 FLOAT = TensorProto.FLOAT
 
 
-def _info(name: str, array: np.ndarray) -> onnx.ValueInfoProto:
-    elem_type = helper.np_dtype_to_tensor_dtype(array.dtype)
-    return helper.make_tensor_value_info(name, elem_type, array.shape)
-
-
 def _check(
     node: onnx.NodeProto,
     inputs: dict[str, np.ndarray],
-    outputs: dict[str, tuple[int, tuple[int, ...]]],
+    outputs: dict[str, Declared],
     opset: int,
     initializers: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Build a one-node model and compare Ember with ONNX Runtime on it."""
-    graph = helper.make_graph(
-        [node],
-        "test",
-        [_info(name, array) for name, array in inputs.items()],
-        [helper.make_tensor_value_info(n, t, s) for n, (t, s) in outputs.items()],
-        [onnx.numpy_helper.from_array(a, n) for n, a in (initializers or {}).items()],
+    return check_against_onnxruntime(
+        onnx_model([node], inputs, outputs, opset, initializers), inputs
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8  # within what the test environment's onnxruntime accepts
-    return check_against_onnxruntime(model, inputs)
 
 
 def _floats(*shape: int, low: float = -3.0, high: float = 3.0) -> np.ndarray:
@@ -150,14 +139,8 @@ def test_prelu_per_channel_slope_of_older_exporters() -> None:
     # spec's rules, but older exporters wrote it; Ember reads it per channel.
     x = _floats(1, 3, 2, 2)
     slope = np.array([0.1, 0.2, 0.3], np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("PRelu", ["x", "slope"], ["y"])],
-        "prelu",
-        [_info("x", x)],
-        [helper.make_tensor_value_info("y", FLOAT, x.shape)],
-        [onnx.numpy_helper.from_array(slope, "slope")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    node = helper.make_node("PRelu", ["x", "slope"], ["y"])
+    model = onnx_model([node], {"x": x}, {"y": (FLOAT, x.shape)}, 9, {"slope": slope})
     ember_graph, params = from_onnx(model)
     result = interpret(ember_graph, params, {"x": x})["y"]
     expected = np.where(x < 0, slope.reshape(3, 1, 1) * x, x)
@@ -299,17 +282,10 @@ def test_dropout_is_identity_with_all_ones_mask(opset: int) -> None:
 def _interpret_only(
     node: onnx.NodeProto,
     inputs: dict[str, np.ndarray],
-    outputs: dict[str, tuple[int, tuple[int, ...]]],
+    outputs: dict[str, Declared],
     opset: int,
 ) -> dict[str, np.ndarray]:
-    graph = helper.make_graph(
-        [node],
-        "test",
-        [_info(name, array) for name, array in inputs.items()],
-        [helper.make_tensor_value_info(n, t, s) for n, (t, s) in outputs.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    ember_graph, params = from_onnx(model)
+    ember_graph, params = from_onnx(onnx_model([node], inputs, outputs, opset))
     return interpret(ember_graph, params, inputs)
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
+from onnx_models import check_one_node, one_node_model, onnx_model
 
 from ember.errors import UnsupportedOperatorError
 from ember.frontend import from_onnx
@@ -18,57 +19,6 @@ RNG = np.random.default_rng(11)
 
 def _random(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
-
-
-def _model(
-    nodes: list[onnx.NodeProto],
-    inputs: dict[str, np.ndarray],
-    outputs: list[str],
-    opset: int,
-    constants: dict[str, np.ndarray] | None = None,
-) -> onnx.ModelProto:
-    """Typed graph inputs (from example arrays), initializers, untyped outputs."""
-    graph = helper.make_graph(
-        nodes,
-        "test",
-        [
-            helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape
-            )
-            for name, array in inputs.items()
-        ],
-        [helper.make_value_info(name, onnx.TypeProto()) for name in outputs],
-        [numpy_helper.from_array(np.asarray(a), name) for name, a in (constants or {}).items()],
-    )
-    opsets = [helper.make_opsetid("", opset)]
-    model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = helper.find_min_ir_version_for(opsets)
-    if model.ir_version < 4:
-        # Before IR version 4 every initializer was also listed as a graph input.
-        model.graph.input.extend(
-            helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.shape(a)
-            )
-            for name, a in (constants or {}).items()
-        )
-    # ONNX's shape inference types the outputs, as an exporter would.
-    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
-
-
-def _check(
-    op_type: str,
-    x: np.ndarray,
-    opset: int,
-    constants: dict[str, np.ndarray] | None = None,
-    input_names: list[str] | None = None,
-    **attributes: object,
-) -> dict[str, np.ndarray]:
-    """One node reading graph input `x` then the constants (or `input_names`, where
-    "" skips an optional input)."""
-    names = input_names if input_names is not None else ["x", *(constants or {})]
-    node = helper.make_node(op_type, names, ["y"], **attributes)
-    model = _model([node], {"x": x}, ["y"], opset, constants)
-    return check_against_onnxruntime(model, {"x": x})
 
 
 def _ops(model: onnx.ModelProto) -> list[str]:
@@ -85,10 +35,9 @@ def _unsupported(
     input_names: list[str] | None = None,
     **attributes: object,
 ) -> str:
-    names = input_names if input_names is not None else ["x", *(constants or {})]
-    output_names = [f"y{i}" for i in range(outputs)]
-    node = helper.make_node(op_type, names, output_names, name="n", **attributes)
-    model = _model([node], {"x": x}, output_names, opset, constants)
+    model = one_node_model(
+        op_type, x, opset, constants, outputs, input_names, name="n", **attributes
+    )
     with pytest.raises(UnsupportedOperatorError) as info:
         from_onnx(model)
     return str(info.value)
@@ -103,7 +52,7 @@ def test_conv_auto_pad_and_bias(auto_pad: str, opset: int) -> None:
     x = _random(2, 4, 9, 8)
     constants = {"w": _random(6, 2, 3, 4), "b": _random(6)}
     pads = {"pads": [1, 0, 2, 1]} if auto_pad == "NOTSET" else {}
-    _check(
+    check_one_node(
         "Conv",
         x,
         opset,
@@ -127,14 +76,14 @@ def test_conv_auto_pad_and_bias(auto_pad: str, opset: int) -> None:
 def test_conv_ranks_and_groups(
     x_shape: tuple[int, ...], w_shape: tuple[int, ...], attributes: dict[str, object]
 ) -> None:
-    _check("Conv", _random(*x_shape), 13, {"w": _random(*w_shape)}, **attributes)
+    check_one_node("Conv", _random(*x_shape), 13, {"w": _random(*w_shape)}, **attributes)
 
 
 def test_conv_graph_is_conv_then_bias_add() -> None:
     x = _random(1, 3, 5, 5)
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
     constants = {"w": _random(4, 3, 3, 3), "b": _random(4)}
-    assert _ops(_model([node], {"x": x}, ["y"], 13, constants)) == ["conv", "add"]
+    assert _ops(onnx_model([node], {"x": x}, ["y"], 13, constants)) == ["conv", "add"]
 
 
 @pytest.mark.parametrize(
@@ -154,12 +103,14 @@ def test_conv_transpose(attributes: dict[str, object]) -> None:
     x = _random(2, 4, 5, 4)
     groups = 2 if attributes.get("group") == 2 else 1
     constants = {"w": _random(4, 3, 3, 3), "b": _random(3 * groups)}
-    _check("ConvTranspose", x, 11, constants, **attributes)
+    check_one_node("ConvTranspose", x, 11, constants, **attributes)
 
 
 def test_conv_transpose_1d_and_3d() -> None:
-    _check("ConvTranspose", _random(1, 2, 6), 13, {"w": _random(2, 3, 4)}, strides=[3], pads=[1, 2])
-    _check(
+    check_one_node(
+        "ConvTranspose", _random(1, 2, 6), 13, {"w": _random(2, 3, 4)}, strides=[3], pads=[1, 2]
+    )
+    check_one_node(
         "ConvTranspose",
         _random(1, 2, 3, 3, 2),
         13,
@@ -185,22 +136,24 @@ def test_pool_across_opsets(op_type: str, opset: int) -> None:
         attributes["dilations"] = [1, 2]
     if op_type == "AveragePool":
         attributes["count_include_pad"] = 1
-    _check(op_type, _random(2, 3, 8, 9), opset, **attributes)
+    check_one_node(op_type, _random(2, 3, 8, 9), opset, **attributes)
 
 
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
 def test_pool_auto_pad(auto_pad: str) -> None:
     x = _random(1, 2, 7, 6)
-    _check("MaxPool", x, 11, kernel_shape=[3, 2], strides=[2, 2], auto_pad=auto_pad)
-    _check("AveragePool", x, 11, kernel_shape=[2, 3], strides=[2, 3], auto_pad=auto_pad)
+    check_one_node("MaxPool", x, 11, kernel_shape=[3, 2], strides=[2, 2], auto_pad=auto_pad)
+    check_one_node("AveragePool", x, 11, kernel_shape=[2, 3], strides=[2, 3], auto_pad=auto_pad)
 
 
 def test_pools_1d_3d_and_global() -> None:
-    _check("MaxPool", _random(1, 2, 9), 12, kernel_shape=[3], strides=[2], pads=[1, 1])
-    _check("AveragePool", _random(1, 2, 4, 5, 6), 11, kernel_shape=[2, 2, 3], strides=[2, 2, 2])
+    check_one_node("MaxPool", _random(1, 2, 9), 12, kernel_shape=[3], strides=[2], pads=[1, 1])
+    check_one_node(
+        "AveragePool", _random(1, 2, 4, 5, 6), 11, kernel_shape=[2, 2, 3], strides=[2, 2, 2]
+    )
     for shape in [(2, 3, 5), (1, 4, 3, 5), (1, 2, 3, 2, 4)]:
-        _check("GlobalAveragePool", _random(*shape), 13)
-        _check("GlobalMaxPool", _random(*shape), 13)
+        check_one_node("GlobalAveragePool", _random(*shape), 13)
+        check_one_node("GlobalMaxPool", _random(*shape), 13)
 
 
 def test_max_pool_indices_are_unsupported_when_used() -> None:
@@ -212,7 +165,7 @@ def test_max_pool_indices_are_unsupported_when_used() -> None:
     )
     # Declared but unused, the Indices output is harmless.
     node = helper.make_node("MaxPool", ["x"], ["y", "indices"], kernel_shape=[2, 2])
-    check_against_onnxruntime(_model([node], {"x": x}, ["y"], 12), {"x": x})
+    check_against_onnxruntime(onnx_model([node], {"x": x}, ["y"], 12), {"x": x})
 
 
 # -- normalisation --------------------------------------------------------------------
@@ -226,7 +179,7 @@ def test_batch_norm_across_opsets(opset: int) -> None:
         "mean": _random(3),
         "var": RNG.uniform(0.5, 2, 3).astype(np.float32),
     }
-    _check("BatchNormalization", _random(2, 3, 4, 5), opset, constants, epsilon=1e-3)
+    check_one_node("BatchNormalization", _random(2, 3, 4, 5), opset, constants, epsilon=1e-3)
 
 
 def test_batch_norm_training_is_unsupported() -> None:
@@ -242,7 +195,7 @@ def test_batch_norm_training_is_unsupported() -> None:
     # ONNX's shape inference leaves them untyped).
     statistics = ["mean", "var", "saved_mean", "saved_var"]
     node = helper.make_node("BatchNormalization", ["x", *constants], ["y", *statistics], name="n")
-    model = _model([node], {"x": _random(2, 3, 4)}, ["y"], 9, constants)
+    model = onnx_model([node], {"x": _random(2, 3, 4)}, ["y"], 9, constants)
     model.graph.output.extend(
         helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [3]) for name in statistics
     )
@@ -257,11 +210,11 @@ def test_batch_norm_training_is_unsupported() -> None:
 def test_instance_and_layer_norm() -> None:
     for shape in [(2, 3, 7), (1, 4, 3, 5)]:
         constants = {"s": _random(shape[1]), "b": _random(shape[1])}
-        _check("InstanceNormalization", _random(*shape), 7, constants, epsilon=1e-3)
+        check_one_node("InstanceNormalization", _random(*shape), 7, constants, epsilon=1e-3)
     x = _random(2, 3, 4)
-    _check("LayerNormalization", x, 17, {"s": _random(4), "b": _random(4)})
-    _check("LayerNormalization", x, 17, {"s": _random(3, 4)}, axis=-2, epsilon=1e-3)
-    _check("LayerNormalization", x, 17, {"s": _random(3, 4), "b": _random(3, 4)}, axis=1)
+    check_one_node("LayerNormalization", x, 17, {"s": _random(4), "b": _random(4)})
+    check_one_node("LayerNormalization", x, 17, {"s": _random(3, 4)}, axis=-2, epsilon=1e-3)
+    check_one_node("LayerNormalization", x, 17, {"s": _random(3, 4), "b": _random(3, 4)}, axis=1)
 
 
 @pytest.mark.parametrize("axis", [0, -1])
@@ -271,12 +224,12 @@ def test_layer_norm_mean_and_inverse_deviation_outputs(axis: int) -> None:
         "LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv_std"], axis=axis
     )
     constants = {"s": _random(*x.shape[axis:]), "b": _random(*x.shape[axis:])}
-    model = _model([node], {"x": x}, ["y", "mean", "inv_std"], 17, constants)
+    model = onnx_model([node], {"x": x}, ["y", "mean", "inv_std"], 17, constants)
     check_against_onnxruntime(model, {"x": x})
 
 
 def test_lrn() -> None:
-    _check("LRN", _random(2, 6, 3, 3), 13, size=3, alpha=1e-3, beta=0.5, bias=2.0)
+    check_one_node("LRN", _random(2, 6, 3, 3), 13, size=3, alpha=1e-3, beta=0.5, bias=2.0)
 
 
 # -- Gemm / MatMul ----------------------------------------------------------------------
@@ -291,9 +244,9 @@ def test_gemm_with_constant_b_becomes_dense(
     b = _random(6, 5) if trans_b else _random(5, 6)
     constants = {"b": b, "c": _random(*c_shape)}
     x = _random(4, 5)
-    _check("Gemm", x, 13, constants, transB=trans_b, alpha=alpha, beta=beta)
+    check_one_node("Gemm", x, 13, constants, transB=trans_b, alpha=alpha, beta=beta)
     node = helper.make_node("Gemm", ["x", "b", "c"], ["y"], transB=trans_b, alpha=alpha, beta=beta)
-    assert _ops(_model([node], {"x": x}, ["y"], 13, constants))[0] == "dense"
+    assert _ops(onnx_model([node], {"x": x}, ["y"], 13, constants))[0] == "dense"
 
 
 @pytest.mark.parametrize("opset", [7, 11, 13])
@@ -301,16 +254,16 @@ def test_gemm_with_computed_b_and_transposes(opset: int) -> None:
     a, b, c = _random(5, 3), _random(4, 5), _random(4)
     node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, transB=1, alpha=2.0, beta=0.5)
     inputs = {"a": a, "b": b, "c": c}
-    model = _model([node], inputs, ["y"], opset)
+    model = onnx_model([node], inputs, ["y"], opset)
     check_against_onnxruntime(model, inputs)
     assert "matmul" in _ops(model)
 
 
 def test_gemm_without_c_and_matmul() -> None:
-    _check("Gemm", _random(3, 4), 11, {"b": _random(4, 2)}, input_names=["x", "b"])
+    check_one_node("Gemm", _random(3, 4), 11, {"b": _random(4, 2)}, input_names=["x", "b"])
     a, b = _random(2, 3, 4), _random(4, 5)
     node = helper.make_node("MatMul", ["a", "b"], ["y"])
-    check_against_onnxruntime(_model([node], {"a": a, "b": b}, ["y"], 13), {"a": a, "b": b})
+    check_against_onnxruntime(onnx_model([node], {"a": a, "b": b}, ["y"], 13), {"a": a, "b": b})
 
 
 # -- Softmax ------------------------------------------------------------------------------
@@ -321,7 +274,7 @@ def test_gemm_without_c_and_matmul() -> None:
 def test_softmax_axis_semantics(op_type: str, opset: int, axis: int | None) -> None:
     # Opset 11 normalises over every axis from `axis` on; opset 13 over `axis` alone.
     attributes = {} if axis is None else {"axis": axis}
-    _check(op_type, _random(2, 3, 4) * 3, opset, **attributes)
+    check_one_node(op_type, _random(2, 3, 4) * 3, opset, **attributes)
 
 
 # -- Resize / Upsample -------------------------------------------------------------------
@@ -330,10 +283,12 @@ def test_softmax_axis_semantics(op_type: str, opset: int, axis: int | None) -> N
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
 def test_resize_opset_10(mode: str) -> None:
     x = _random(1, 2, 3, 4)
-    _check("Resize", x, 10, {"scales": np.array([1, 1, 2, 1.5], np.float32)}, mode=mode)
+    check_one_node("Resize", x, 10, {"scales": np.array([1, 1, 2, 1.5], np.float32)}, mode=mode)
     if mode == "nearest":
         # Downsampling: before opset 11 ONNX Runtime rounds source indices up.
-        _check("Resize", x, 10, {"scales": np.array([1, 1, 0.5, 0.5], np.float32)}, mode=mode)
+        check_one_node(
+            "Resize", x, 10, {"scales": np.array([1, 1, 0.5, 0.5], np.float32)}, mode=mode
+        )
 
 
 @pytest.mark.parametrize("opset", [11, 13, 18, 19])
@@ -343,22 +298,26 @@ def test_resize_scales_or_sizes(opset: int, mode: str) -> None:
     empty = np.array([], np.float32)
     roi = np.array([], np.float32)
     scales = {"roi": roi, "scales": np.array([1, 1, 2, 1.5], np.float32)}
-    _check("Resize", x, opset, scales, mode=mode, coordinate_transformation_mode="align_corners")
+    check_one_node(
+        "Resize", x, opset, scales, mode=mode, coordinate_transformation_mode="align_corners"
+    )
     sizes = {"roi": roi, "scales": empty, "sizes": np.array([1, 2, 7, 8], np.int64)}
-    _check(
+    check_one_node(
         "Resize", x, opset, sizes, mode=mode, coordinate_transformation_mode="pytorch_half_pixel"
     )
     if opset >= 13:
         # Empty names skip roi and scales.
         sizes_only = {"sizes": np.array([1, 2, 8, 6], np.int64)}
-        _check("Resize", x, opset, sizes_only, input_names=["x", "", "", "sizes"], mode=mode)
+        check_one_node(
+            "Resize", x, opset, sizes_only, input_names=["x", "", "", "sizes"], mode=mode
+        )
 
 
 @pytest.mark.parametrize("policy", ["stretch", "not_larger", "not_smaller"])
 def test_resize_opset_18_axes_and_aspect_ratio(policy: str) -> None:
     x = _random(1, 2, 4, 6)
     constants = {"sizes": np.array([7, 8], np.int64)}
-    _check(
+    check_one_node(
         "Resize",
         x,
         18,
@@ -369,11 +328,13 @@ def test_resize_opset_18_axes_and_aspect_ratio(policy: str) -> None:
         mode="linear",
     )
     scales = {"scales": np.array([2.5], np.float32)}
-    _check("Resize", x, 18, scales, input_names=["x", "", "scales"], axes=[-1], mode="nearest")
+    check_one_node(
+        "Resize", x, 18, scales, input_names=["x", "", "scales"], axes=[-1], mode="nearest"
+    )
 
 
 def test_resize_opset_19_half_pixel_symmetric() -> None:
-    _check(
+    check_one_node(
         "Resize",
         _random(1, 1, 4, 6),
         19,
@@ -397,7 +358,7 @@ def test_resize_unsupported_forms() -> None:
     message = _unsupported("Resize", x, 18, constants, antialias=1, mode="linear")
     assert message == "node 'n' (Resize): antialias=1 is not supported"
     node = helper.make_node("Resize", ["x", "", "s"], ["y"], name="n")
-    model = _model([node], {"x": x, "s": np.ones(4, np.float32)}, ["y"], 13)
+    model = onnx_model([node], {"x": x, "s": np.ones(4, np.float32)}, ["y"], 13)
     with pytest.raises(UnsupportedOperatorError) as info:
         from_onnx(model)
     assert "input #2 (scales) must be a constant" in str(info.value)
@@ -406,5 +367,5 @@ def test_resize_unsupported_forms() -> None:
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
 def test_upsample_opsets_7_and_9(mode: str) -> None:
     x = _random(1, 2, 3, 4)
-    _check("Upsample", x, 7, mode=mode, scales=[1.0, 1.0, 2.0, 3.0])
-    _check("Upsample", x, 9, {"scales": np.array([1, 1, 3, 2], np.float32)}, mode=mode)
+    check_one_node("Upsample", x, 7, mode=mode, scales=[1.0, 1.0, 2.0, 3.0])
+    check_one_node("Upsample", x, 9, {"scales": np.array([1, 1, 3, 2], np.float32)}, mode=mode)

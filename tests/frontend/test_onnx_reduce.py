@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper
+from onnx_models import check_one_node, onnx_model
 
 from ember.errors import UnsupportedOperatorError
 from ember.frontend import from_onnx
-from ember.testing.oracle import check_against_onnxruntime
 
 RNG = np.random.default_rng(3)
 
@@ -27,41 +26,6 @@ REDUCE_OPS = [
 ]
 
 
-def onnx_model(
-    nodes: list[onnx.NodeProto],
-    inputs: dict[str, np.ndarray],
-    outputs: list[str],
-    opset: int,
-    constants: dict[str, np.ndarray] | None = None,
-    float_outputs: dict[str, tuple[int, ...]] | None = None,
-) -> onnx.ModelProto:
-    """A model of `nodes` with typed graph inputs (from example arrays) and initializers.
-    Outputs are typed by ONNX's shape inference, except those in `float_outputs`
-    (declared float32 of the given shape: for models that inference rejects)."""
-    declared = float_outputs or {}
-    graph = helper.make_graph(
-        nodes,
-        "test",
-        [
-            helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape
-            )
-            for name, array in inputs.items()
-        ],
-        [
-            helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, declared[name])
-            if name in declared
-            else helper.make_value_info(name, onnx.TypeProto())
-            for name in outputs
-        ],
-        [numpy_helper.from_array(np.asarray(a), name) for name, a in (constants or {}).items()],
-    )
-    opsets = [helper.make_opsetid("", opset)]
-    model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = helper.find_min_ir_version_for(opsets)
-    return onnx.shape_inference.infer_shapes(model, data_prop=True)
-
-
 def _positive(*shape: int) -> np.ndarray:
     # Positive values keep ReduceLogSum defined and ReduceProd away from cancellation.
     return RNG.uniform(0.5, 1.5, shape).astype(np.float32)
@@ -76,18 +40,13 @@ def _check(
     **attributes: object,
 ) -> dict[str, np.ndarray]:
     """One node on graph input `x`; `axes` goes in the form the opset expects."""
-    names = [f"y{i}" for i in range(outputs)]
-    inputs_of_node = ["x"]
     constants: dict[str, np.ndarray] = {}
     axes_is_input = opset >= (13 if op_type == "ReduceSum" else 18)
     if axes is not None and axes_is_input:
-        inputs_of_node.append("axes")
         constants["axes"] = np.array(axes, dtype=np.int64)
     elif axes is not None:
         attributes["axes"] = axes
-    node = helper.make_node(op_type, inputs_of_node, names, **attributes)
-    model = onnx_model([node], {"x": x}, names, opset, constants)
-    return check_against_onnxruntime(model, {"x": x})
+    return check_one_node(op_type, x, opset, constants, outputs, **attributes)
 
 
 @pytest.mark.parametrize("op_type", REDUCE_OPS)
@@ -121,7 +80,7 @@ def test_reduce_axes_input_must_be_constant() -> None:
     x = _positive(2, 3)
     node = helper.make_node("ReduceSum", ["x", "axes"], ["y"])
     inputs = {"x": x, "axes": np.array([0], dtype=np.int64)}
-    model = onnx_model([node], inputs, ["y"], 13, float_outputs={"y": (1, 3)})
+    model = onnx_model([node], inputs, {"y": (TensorProto.FLOAT, (1, 3))}, 13)
     with pytest.raises(UnsupportedOperatorError, match=r"input #1 \(axes\) must be a constant"):
         from_onnx(model)
 
@@ -147,13 +106,10 @@ def test_argmax_defaults_opset_11() -> None:
 
 def _topk(x: np.ndarray, opset: int, k: int, **attributes: object) -> None:
     if opset < 10:
-        node = helper.make_node("TopK", ["x"], ["values", "indices"], k=k, **attributes)
-        constants = None
+        check_one_node("TopK", x, opset, outputs=2, k=k, **attributes)
     else:
-        node = helper.make_node("TopK", ["x", "k"], ["values", "indices"], **attributes)
-        constants = {"k": np.array([k], dtype=np.int64)}
-    model = onnx_model([node], {"x": x}, ["values", "indices"], opset, constants)
-    check_against_onnxruntime(model, {"x": x})
+        k_input = {"k": np.array([k], dtype=np.int64)}
+        check_one_node("TopK", x, opset, k_input, outputs=2, **attributes)
 
 
 def test_topk_attribute_k_opset_9() -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
+from onnx_models import check_one_node, onnx_model
 
 from ember.errors import ModelLoadError, ShapeError, UnsupportedOperatorError
 from ember.frontend import from_onnx
@@ -19,41 +19,7 @@ from ember.testing.oracle import check_against_onnxruntime
 RNG = np.random.default_rng(2)
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
-
-
-def onnx_model(
-    nodes: list[onnx.NodeProto],
-    inputs: dict[str, np.ndarray],
-    outputs: list[str],
-    opset: int,
-    constants: dict[str, np.ndarray] | None = None,
-    float_outputs: dict[str, tuple[int, ...]] | None = None,
-) -> onnx.ModelProto:
-    """A model of `nodes` with typed graph inputs (from example arrays) and initializers.
-    Outputs are typed by ONNX's shape inference, except those in `float_outputs`
-    (declared float32 of the given shape: for models that inference rejects)."""
-    declared = float_outputs or {}
-    graph = helper.make_graph(
-        nodes,
-        "test",
-        [
-            helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape
-            )
-            for name, array in inputs.items()
-        ],
-        [
-            helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, declared[name])
-            if name in declared
-            else helper.make_value_info(name, onnx.TypeProto())
-            for name in outputs
-        ],
-        [numpy_helper.from_array(np.asarray(a), name) for name, a in (constants or {}).items()],
-    )
-    opsets = [helper.make_opsetid("", opset)]
-    model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = helper.find_min_ir_version_for(opsets)
-    return onnx.shape_inference.infer_shapes(model, data_prop=True)
+FLOAT = TensorProto.FLOAT
 
 
 def _random(*shape: int) -> np.ndarray:
@@ -64,54 +30,38 @@ def _ints(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
 
-def _check_one(
-    op_type: str,
-    x: np.ndarray,
-    opset: int,
-    constants: dict[str, np.ndarray] | None = None,
-    outputs: int = 1,
-    **attributes: object,
-) -> dict[str, np.ndarray]:
-    """One node reading graph input `x` then the constants in order."""
-    names = [f"y{i}" for i in range(outputs)]
-    node = helper.make_node(op_type, ["x", *(constants or {})], names, **attributes)
-    return check_against_onnxruntime(
-        onnx_model([node], {"x": x}, names, opset, constants), {"x": x}
-    )
-
-
 # -- reshape family --------------------------------------------------------------
 
 
 @pytest.mark.parametrize("target", [(0, -1), (-1, 4), (0, 2, 2, 5), (40,)])
 def test_reshape_zero_and_minus_one(target: tuple[int, ...]) -> None:
-    _check_one("Reshape", _random(2, 4, 5), 13, {"shape": _ints(*target)})
+    check_one_node("Reshape", _random(2, 4, 5), 13, {"shape": _ints(*target)})
 
 
 def test_reshape_allowzero_keeps_a_literal_zero() -> None:
-    _check_one("Reshape", _random(0, 3), 14, {"shape": _ints(3, 0)}, allowzero=1)
+    check_one_node("Reshape", _random(0, 3), 14, {"shape": _ints(3, 0)}, allowzero=1)
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, 3, -1])
 def test_flatten(axis: int) -> None:
-    _check_one("Flatten", _random(2, 3, 4), 13, axis=axis)
+    check_one_node("Flatten", _random(2, 3, 4), 13, axis=axis)
 
 
 @pytest.mark.parametrize("opset", [11, 13])
 def test_squeeze_and_unsqueeze_attribute_then_input(opset: int) -> None:
     x = _random(1, 3, 1, 2)
     if opset < 13:
-        _check_one("Squeeze", x, opset, axes=[0, -2])
-        _check_one("Unsqueeze", x, opset, axes=[-1, 1])
+        check_one_node("Squeeze", x, opset, axes=[0, -2])
+        check_one_node("Unsqueeze", x, opset, axes=[-1, 1])
     else:
-        _check_one("Squeeze", x, opset, {"axes": _ints(0, -2)})
-        _check_one("Unsqueeze", x, opset, {"axes": _ints(-1, 1)})
-    _check_one("Squeeze", x, opset)  # no axes: every size-1 axis
+        check_one_node("Squeeze", x, opset, {"axes": _ints(0, -2)})
+        check_one_node("Unsqueeze", x, opset, {"axes": _ints(-1, 1)})
+    check_one_node("Squeeze", x, opset)  # no axes: every size-1 axis
 
 
 def test_squeeze_of_a_wide_axis_is_an_error() -> None:
     node = helper.make_node("Squeeze", ["x", "axes"], ["y"])
-    model = onnx_model([node], {"x": _random(2, 3)}, ["y"], 13, {"axes": _ints(1)}, {"y": (2,)})
+    model = onnx_model([node], {"x": _random(2, 3)}, {"y": (FLOAT, (2,))}, 13, {"axes": _ints(1)})
     with pytest.raises(ShapeError, match=r"axis 1 of float32\[2, 3\] has size 3"):
         from_onnx(model)
 
@@ -119,7 +69,7 @@ def test_squeeze_of_a_wide_axis_is_an_error() -> None:
 def test_reshape_needs_a_constant_shape() -> None:
     x = _random(2, 3)
     node = helper.make_node("Reshape", ["x", "s"], ["y"])
-    model = onnx_model([node], {"x": x, "s": _ints(3, 2)}, ["y"], 13, float_outputs={"y": (3, 2)})
+    model = onnx_model([node], {"x": x, "s": _ints(3, 2)}, {"y": (FLOAT, (3, 2))}, 13)
     with pytest.raises(UnsupportedOperatorError, match=r"input #1 \(shape\) must be a constant"):
         from_onnx(model)
 
@@ -128,33 +78,33 @@ def test_reshape_needs_a_constant_shape() -> None:
 
 
 def test_transpose_default_and_explicit() -> None:
-    _check_one("Transpose", _random(2, 3, 4), 13)
-    _check_one("Transpose", _random(2, 3, 4), 13, perm=[1, 2, 0])
+    check_one_node("Transpose", _random(2, 3, 4), 13)
+    check_one_node("Transpose", _random(2, 3, 4), 13, perm=[1, 2, 0])
 
 
 def test_concat_negative_axis() -> None:
     constants = {"a": _random(2, 1), "b": _random(2, 4)}
-    _check_one("Concat", _random(2, 3), 13, constants, axis=-1)
+    check_one_node("Concat", _random(2, 3), 13, constants, axis=-1)
 
 
 @pytest.mark.parametrize("opset", [11, 13, 18])
 def test_split_sizes_by_opset(opset: int) -> None:
     x = _random(2, 7)
     if opset < 13:
-        _check_one("Split", x, opset, outputs=3, axis=1, split=[1, 2, 4])
+        check_one_node("Split", x, opset, outputs=3, axis=1, split=[1, 2, 4])
     else:
-        _check_one("Split", x, opset, {"split": _ints(1, 2, 4)}, outputs=3, axis=-1)
+        check_one_node("Split", x, opset, {"split": _ints(1, 2, 4)}, outputs=3, axis=-1)
     if opset < 18:  # Split-18 needs `split` or `num_outputs`
-        _check_one("Split", _random(6, 2), opset, outputs=3)  # equal parts
+        check_one_node("Split", _random(6, 2), opset, outputs=3)  # equal parts
 
 
 def test_split_num_outputs_makes_the_last_piece_smaller() -> None:
-    _check_one("Split", _random(2, 7), 18, outputs=3, axis=1, num_outputs=3)
+    check_one_node("Split", _random(2, 7), 18, outputs=3, axis=1, num_outputs=3)
 
 
 def test_uneven_equal_split_is_an_error() -> None:
     node = helper.make_node("Split", ["x"], ["a", "b"])
-    model = onnx_model([node], {"x": _random(3)}, ["a", "b"], 13, None, {"a": (2,), "b": (1,)})
+    model = onnx_model([node], {"x": _random(3)}, {"a": (FLOAT, (2,)), "b": (FLOAT, (1,))}, 13)
     with pytest.raises(ShapeError, match="cannot be split into 2 equal parts"):
         from_onnx(model)
 
@@ -185,7 +135,7 @@ def test_slice_inputs(
     if steps is not None:
         constants["steps"] = _ints(*steps)
     for opset in (10, 13):
-        _check_one("Slice", _random(5, 6), opset, constants)
+        check_one_node("Slice", _random(5, 6), opset, constants)
 
 
 @given(
@@ -206,8 +156,8 @@ def test_clamped_slice_equals_python_slicing(extent: int, start: int, end: int, 
 
 
 def test_slice_attributes_before_opset_10() -> None:
-    _check_one("Slice", _random(5, 6), 9, starts=[-4, 1], ends=[INT64_MAX, -1], axes=[0, 1])
-    _check_one("Slice", _random(5, 6), 9, starts=[1], ends=[3])
+    check_one_node("Slice", _random(5, 6), 9, starts=[-4, 1], ends=[INT64_MAX, -1], axes=[0, 1])
+    check_one_node("Slice", _random(5, 6), 9, starts=[1], ends=[3])
 
 
 # -- gather, shape, expand, tile -------------------------------------------------
@@ -215,42 +165,42 @@ def test_slice_attributes_before_opset_10() -> None:
 
 def test_gather_negative_matrix_and_scalar_indices() -> None:
     x = _random(4, 5)
-    _check_one("Gather", x, 13, {"i": _ints(0, -1, 2, -5).reshape(2, 2)}, axis=1)
-    _check_one("Gather", x, 13, {"i": np.array(-2, dtype=np.int32)})
+    check_one_node("Gather", x, 13, {"i": _ints(0, -1, 2, -5).reshape(2, 2)}, axis=1)
+    check_one_node("Gather", x, 13, {"i": np.array(-2, dtype=np.int32)})
 
 
 def test_gather_elements() -> None:
     indices = np.array([[0, -1, 2], [3, 1, 0]], dtype=np.int64)
-    _check_one("GatherElements", _random(2, 4), 13, {"i": indices}, axis=1)
-    _check_one("GatherElements", _random(4, 3), 13, {"i": indices}, axis=0)
+    check_one_node("GatherElements", _random(2, 4), 13, {"i": indices}, axis=1)
+    check_one_node("GatherElements", _random(4, 3), 13, {"i": indices}, axis=0)
 
 
 @pytest.mark.parametrize(("opset", "bounds"), [(13, {}), (15, {"start": 1, "end": -1})])
 def test_shape_is_a_static_constant(opset: int, bounds: dict[str, int]) -> None:
-    outputs = _check_one("Shape", _random(2, 3, 4), opset, **bounds)
+    outputs = check_one_node("Shape", _random(2, 3, 4), opset, **bounds)
     expected = [2, 3, 4] if not bounds else [3]
     assert outputs["y0"].tolist() == expected
 
 
 def test_size() -> None:
-    assert _check_one("Size", _random(2, 3, 4), 13)["y0"] == 24
+    assert check_one_node("Size", _random(2, 3, 4), 13)["y0"] == 24
 
 
 @pytest.mark.parametrize("shape", [(2, 1, 4), (1, 1), (3, 1)])
 def test_expand_broadcasts_both_ways(shape: tuple[int, ...]) -> None:
-    _check_one("Expand", _random(3, 1), 13, {"shape": _ints(*shape)})
+    check_one_node("Expand", _random(3, 1), 13, {"shape": _ints(*shape)})
 
 
 def test_tile() -> None:
-    _check_one("Tile", _random(2, 3), 13, {"repeats": _ints(2, 3)})
+    check_one_node("Tile", _random(2, 3), 13, {"repeats": _ints(2, 3)})
 
 
 # -- pad -------------------------------------------------------------------------
 
 
 def test_pad_attributes_opset_10() -> None:
-    _check_one("Pad", _random(2, 3), 10, pads=[1, 0, 2, 3], value=1.5)
-    _check_one("Pad", _random(2, 3), 10, pads=[1, 2, 0, 2], mode="reflect")
+    check_one_node("Pad", _random(2, 3), 10, pads=[1, 0, 2, 3], value=1.5)
+    check_one_node("Pad", _random(2, 3), 10, pads=[1, 2, 0, 2], mode="reflect")
 
 
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
@@ -258,11 +208,11 @@ def test_pad_inputs_opset_11(mode: str) -> None:
     constants = {"pads": _ints(1, 2, 1, 0)}
     if mode == "constant":
         constants["value"] = np.array(-2.0, dtype=np.float32)
-    _check_one("Pad", _random(3, 4), 11, constants, mode=mode)
+    check_one_node("Pad", _random(3, 4), 11, constants, mode=mode)
 
 
 def test_pad_negative_pads_crop() -> None:
-    _check_one("Pad", _random(4, 5), 13, {"pads": _ints(-1, 2, 0, -3)})
+    check_one_node("Pad", _random(4, 5), 13, {"pads": _ints(-1, 2, 0, -3)})
 
 
 def test_pad_axes_opset_18() -> None:
@@ -271,7 +221,7 @@ def test_pad_axes_opset_18() -> None:
         "value": np.array(0.5, dtype=np.float32),
         "axes": _ints(-1, 0),
     }
-    _check_one("Pad", _random(2, 3, 4), 18, constants)
+    check_one_node("Pad", _random(2, 3, 4), 18, constants)
 
 
 def test_pad_wrap_is_unsupported() -> None:
@@ -286,11 +236,11 @@ def test_pad_wrap_is_unsupported() -> None:
 
 @pytest.mark.parametrize(("opset", "mode"), [(11, "DCR"), (13, "CRD"), (13, "DCR")])
 def test_depth_to_space(opset: int, mode: str) -> None:
-    _check_one("DepthToSpace", _random(2, 8, 2, 3), opset, blocksize=2, mode=mode)
+    check_one_node("DepthToSpace", _random(2, 8, 2, 3), opset, blocksize=2, mode=mode)
 
 
 def test_space_to_depth() -> None:
-    _check_one("SpaceToDepth", _random(1, 3, 4, 6), 13, blocksize=2)
+    check_one_node("SpaceToDepth", _random(1, 3, 4, 6), 13, blocksize=2)
 
 
 # -- constant producers ----------------------------------------------------------
@@ -343,7 +293,7 @@ def test_torch_style_flatten_folds_to_one_reshape() -> None:
         "minus_one": _ints(-1),
     }
     x = _random(2, 3, 4)
-    model = onnx_model(nodes, {"x": x}, ["y"], 13, constants, {"y": (2, 12)})
+    model = onnx_model(nodes, {"x": x}, {"y": (FLOAT, (2, 12))}, 13, constants)
     outputs = check_against_onnxruntime(model, {"x": x})
     assert outputs["y"].shape == (2, 12)
     graph, _ = from_onnx(model)
@@ -352,6 +302,6 @@ def test_torch_style_flatten_folds_to_one_reshape() -> None:
 
 def test_concat_axis_out_of_range_names_the_node() -> None:
     node = helper.make_node("Concat", ["x", "x"], ["y"], axis=2, name="join")
-    model = onnx_model([node], {"x": _random(2, 3)}, ["y"], 13, None, {"y": (2, 6)})
+    model = onnx_model([node], {"x": _random(2, 3)}, {"y": (FLOAT, (2, 6))}, 13)
     with pytest.raises(ModelLoadError, match=r"node 'join' \(Concat\): axis 2 is out of range"):
         from_onnx(model)

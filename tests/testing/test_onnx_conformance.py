@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper
+from onnx_models import graph_model, value_info
 
 from ember.testing.onnx_conformance import (
     KNOWN_DEVIATIONS,
@@ -128,17 +129,12 @@ def _case(
     expected: dict[str, np.ndarray],
     opset: int = 13,
 ) -> ConformanceCase:
-    def info(name: str, array: np.ndarray) -> onnx.ValueInfoProto:
-        elem_type = helper.np_dtype_to_tensor_dtype(array.dtype)
-        return helper.make_tensor_value_info(name, elem_type, array.shape)
-
-    graph = helper.make_graph(
+    model = graph_model(
         [node],
-        name,
-        [info(n, a) for n, a in inputs.items()],
-        [info(n, a) for n, a in expected.items()],
+        [value_info(n, a) for n, a in inputs.items()],
+        [value_info(n, a) for n, a in expected.items()],
+        opset=opset,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     return ConformanceCase(name, model, ((tuple(inputs.values()), tuple(expected.values())),))
 
 

@@ -1,4 +1,5 @@
-"""Shared by the nn op tests: run one ONNX op in ONNX Runtime, compare, count MACs."""
+"""Shared by the nn op tests: run one ONNX op in ONNX Runtime, compare, count MACs,
+and move between channels-first and channels-last."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 from onnx import helper
+from onnx_models import graph_model, value_info
 
 from ember.errors import ShapeError
 from ember.graph.builder import GraphBuilder
@@ -22,10 +24,6 @@ def random_array(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def _tensor_dtype(array: np.ndarray) -> int:
-    return helper.np_dtype_to_tensor_dtype(array.dtype)
-
-
 def run_onnx_node(
     op_type: str,
     inputs: Mapping[str, np.ndarray],
@@ -38,19 +36,25 @@ def run_onnx_node(
     not simply the keys of `inputs`."""
     names = list(inputs) if node_inputs is None else list(node_inputs)
     node = helper.make_node(op_type, names, ["y"], **attributes)
-    graph = helper.make_graph(
+    # These ops keep the dtype of their first input; the shape is left to ORT.
+    dtype = helper.np_dtype_to_tensor_dtype(next(iter(inputs.values())).dtype)
+    model = graph_model(
         [node],
-        "single",
-        [
-            helper.make_tensor_value_info(name, _tensor_dtype(array), array.shape)
-            for name, array in inputs.items()
-        ],
-        # These ops keep the dtype of their first input; the shape is left to ORT.
-        [helper.make_tensor_value_info("y", _tensor_dtype(next(iter(inputs.values()))), None)],
+        [value_info(name, array) for name, array in inputs.items()],
+        [helper.make_tensor_value_info("y", dtype, None)],
+        opset=opset,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 9
     return run_onnxruntime(model, dict(inputs))["y"]
+
+
+def spatial_axes(rank: int) -> str:
+    """The letters of `rank` spatial axes in a layout string: W, HW or DHW."""
+    return "DHW"[3 - rank :]
+
+
+def channels_last(array: np.ndarray) -> np.ndarray:
+    """A channels-first array (N, C, spatial...) as a contiguous (N, spatial..., C)."""
+    return np.ascontiguousarray(np.moveaxis(array, 1, -1))
 
 
 def assert_close(actual: np.ndarray, expected: np.ndarray) -> None:

@@ -9,9 +9,11 @@ import pytest
 from onnx_node_runner import (
     F32,
     assert_close,
+    channels_last,
     count_macs,
     random_array,
     run_onnx_node,
+    spatial_axes,
     type_error,
 )
 
@@ -45,9 +47,8 @@ def test_conv_matches_onnxruntime(
     groups: int,
 ) -> None:
     x, w = random_array(*data), random_array(*weight)
-    rank = len(strides)
-    layout, kernel_layout = "NC" + "DHW"[3 - rank :], "OI" + "DHW"[3 - rank :]
-    attrs = ConvAttrs(strides, padding, dilations, groups, layout, kernel_layout)
+    spatial = spatial_axes(len(strides))
+    attrs = ConvAttrs(strides, padding, dilations, groups, "NC" + spatial, "OI" + spatial)
     (ours,) = evaluate("conv", [x, w], attrs)
     theirs = run_onnx_node(
         "Conv", {"x": x, "w": w}, strides=strides, pads=padding, dilations=dilations, group=groups
@@ -60,17 +61,16 @@ def test_conv_matches_onnxruntime(
 def test_conv_channels_last_equals_channels_first(case: int, kernel_channels_last: bool) -> None:
     data, weight, strides, padding, dilations, groups = CONV_CASES[case]
     rank = len(strides)
-    spatial = "DHW"[3 - rank :]
+    spatial = spatial_axes(rank)
     x, w = random_array(*data), random_array(*weight)
     first = ConvAttrs(strides, padding, dilations, groups, "NC" + spatial, "OI" + spatial)
     (expected,) = evaluate("conv", [x, w], first)
-    to_last = (0, *range(2, rank + 2), 1)
     kernel_layout = spatial + "IO" if kernel_channels_last else "OI" + spatial
     kernel = np.transpose(w, (*range(2, rank + 2), 1, 0)) if kernel_channels_last else w
     last = ConvAttrs(strides, padding, dilations, groups, "N" + spatial + "C", kernel_layout)
-    (ours,) = evaluate("conv", [np.ascontiguousarray(x.transpose(to_last)), kernel], last)
-    assert ours.shape == tuple(expected.shape[axis] for axis in to_last)
-    assert_close(ours, np.ascontiguousarray(expected.transpose(to_last)))
+    (ours,) = evaluate("conv", [channels_last(x), kernel], last)
+    assert ours.shape == channels_last(expected).shape
+    assert_close(ours, channels_last(expected))
 
 
 def test_conv_mac_counts() -> None:
@@ -176,7 +176,7 @@ def test_conv_transpose_matches_onnxruntime(
     groups: int,
 ) -> None:
     x, w = random_array(*data), random_array(*weight)
-    layout = "NC" + "DHW"[3 - len(strides) :]
+    layout = "NC" + spatial_axes(len(strides))
     attrs = ConvTransposeAttrs(strides, padding, output_padding, dilations, groups, layout)
     (ours,) = evaluate("conv_transpose", [x, w], attrs)
     theirs = run_onnx_node(
@@ -196,8 +196,8 @@ def test_conv_transpose_channels_last_andcount_macs() -> None:
     first = ConvTransposeAttrs((2, 2), (0, 1, 1, 0), (1, 1), (1, 1), 2, "NCHW")
     last = ConvTransposeAttrs((2, 2), (0, 1, 1, 0), (1, 1), (1, 1), 2, "NHWC")
     (expected,) = evaluate("conv_transpose", [x, w], first)
-    (ours,) = evaluate("conv_transpose", [np.ascontiguousarray(x.transpose(0, 2, 3, 1)), w], last)
-    assert_close(ours, expected.transpose(0, 2, 3, 1))
+    (ours,) = evaluate("conv_transpose", [channels_last(x), w], last)
+    assert_close(ours, channels_last(expected))
     # Each of the 2*4*3*5 inputs meets 3 output channels x 2 x 3 taps.
     types = [TensorType(x.shape, F32), TensorType(w.shape, F32)]
     assert count_macs("conv_transpose", types, first) == 2 * 4 * 3 * 5 * 3 * 2 * 3

@@ -10,9 +10,11 @@ from onnx_node_runner import (
     F32,
     RNG,
     assert_close,
+    channels_last,
     count_macs,
     random_array,
     run_onnx_node,
+    spatial_axes,
     type_error,
 )
 
@@ -106,16 +108,15 @@ def test_batch_norm_channels_last_and_errors() -> None:
 @pytest.mark.parametrize("shape", [(2, 3, 7), (1, 4, 5, 6), (2, 2, 3, 4, 3)])
 def test_instance_norm_matches_onnxruntime(shape: tuple[int, ...]) -> None:
     x, scale, bias = random_array(*shape), random_array(shape[1]), random_array(shape[1])
-    layout = "NC" + "DHW"[5 - len(shape) :]
+    spatial = spatial_axes(len(shape) - 2)
+    layout = "NC" + spatial
     (ours,) = evaluate("instance_norm", [x, scale, bias], InstanceNormAttrs(1e-4, layout))
     theirs = run_onnx_node("InstanceNormalization", {"x": x, "s": scale, "b": bias}, epsilon=1e-4)
     assert_close(ours, theirs)
     # Channels-last gives the same numbers, transposed.
-    last_layout = "N" + layout[2:] + "C"
-    to_last = (0, *range(2, len(shape)), 1)
-    x_last = np.ascontiguousarray(x.transpose(to_last))
-    (last,) = evaluate("instance_norm", [x_last, scale, bias], InstanceNormAttrs(1e-4, last_layout))
-    assert_close(last, ours.transpose(to_last))
+    last_attrs = InstanceNormAttrs(1e-4, "N" + spatial + "C")
+    (last,) = evaluate("instance_norm", [channels_last(x), scale, bias], last_attrs)
+    assert_close(last, channels_last(ours))
 
 
 @pytest.mark.parametrize("axis", [-1, 1, 2])

@@ -9,9 +9,11 @@ import pytest
 from onnx_node_runner import (
     F32,
     assert_close,
+    channels_last,
     count_macs,
     random_array,
     run_onnx_node,
+    spatial_axes,
     type_error,
 )
 
@@ -33,7 +35,23 @@ POOL_CASES = [
 
 
 def _layout(rank: int) -> str:
-    return "NC" + "DHW"[3 - rank :]
+    return "NC" + spatial_axes(rank)
+
+
+def _check_pool(op: str, onnx_op: str, x: np.ndarray, attrs: PoolAttrs, **onnx_only: int) -> None:
+    """Compare `op` with ONNX Runtime's `onnx_op` under the same attributes."""
+    (ours,) = evaluate(op, [x], attrs)
+    theirs = run_onnx_node(
+        onnx_op,
+        {"x": x},
+        kernel_shape=attrs.kernel,
+        strides=attrs.strides,
+        pads=attrs.padding,
+        dilations=attrs.dilations,
+        ceil_mode=int(attrs.ceil_mode),
+        **onnx_only,
+    )
+    assert_close(ours, theirs)
 
 
 @pytest.mark.parametrize("count_include_pad", [False, True])
@@ -49,21 +67,10 @@ def test_avg_pool_matches_onnxruntime(
     ceil_mode: bool,
     count_include_pad: bool,
 ) -> None:
-    x = random_array(*shape)
     layout = _layout(len(kernel))
     attrs = PoolAttrs(kernel, strides, padding, dilations, ceil_mode, count_include_pad, layout)
-    (ours,) = evaluate("avg_pool", [x], attrs)
-    theirs = run_onnx_node(
-        "AveragePool",
-        {"x": x},
-        kernel_shape=kernel,
-        strides=strides,
-        pads=padding,
-        dilations=dilations,
-        ceil_mode=int(ceil_mode),
-        count_include_pad=int(count_include_pad),
-    )
-    assert_close(ours, theirs)
+    x = random_array(*shape)
+    _check_pool("avg_pool", "AveragePool", x, attrs, count_include_pad=int(count_include_pad))
 
 
 @pytest.mark.parametrize(
@@ -77,19 +84,8 @@ def test_max_pool_matches_onnxruntime(
     dilations: tuple[int, ...],
     ceil_mode: bool,
 ) -> None:
-    x = random_array(*shape)
     attrs = PoolAttrs(kernel, strides, padding, dilations, ceil_mode, layout=_layout(len(kernel)))
-    (ours,) = evaluate("max_pool", [x], attrs)
-    theirs = run_onnx_node(
-        "MaxPool",
-        {"x": x},
-        kernel_shape=kernel,
-        strides=strides,
-        pads=padding,
-        dilations=dilations,
-        ceil_mode=int(ceil_mode),
-    )
-    assert_close(ours, theirs)
+    _check_pool("max_pool", "MaxPool", random_array(*shape), attrs)
 
 
 def test_max_pool_on_integers_pads_with_the_lowest_value() -> None:
@@ -108,12 +104,11 @@ def test_pool_channels_last_equals_channels_first(op: str, case: int) -> None:
     x = random_array(*shape)
     first = PoolAttrs(kernel, strides, padding, dilations, ceil_mode, True, _layout(rank))
     last = PoolAttrs(
-        kernel, strides, padding, dilations, ceil_mode, True, "N" + _layout(rank)[2:] + "C"
+        kernel, strides, padding, dilations, ceil_mode, True, "N" + spatial_axes(rank) + "C"
     )
-    to_last = (0, *range(2, rank + 2), 1)
     (expected,) = evaluate(op, [x], first)
-    (ours,) = evaluate(op, [np.ascontiguousarray(x.transpose(to_last))], last)
-    assert_close(ours, np.ascontiguousarray(expected.transpose(to_last)))
+    (ours,) = evaluate(op, [channels_last(x)], last)
+    assert_close(ours, channels_last(expected))
 
 
 def test_pool_cost_and_errors() -> None:

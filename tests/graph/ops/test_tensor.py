@@ -7,10 +7,11 @@ import itertools
 
 import numpy as np
 import pytest
+from onnx_node_runner import F32, type_error
 
 from ember.errors import ShapeError
 from ember.graph.ir import TensorType
-from ember.graph.ops import OpPattern, evaluate, get_op, infer_types
+from ember.graph.ops import OpPattern, evaluate, get_op
 from ember.graph.ops.attrs import (
     AxisAttrs,
     BlockAttrs,
@@ -30,15 +31,6 @@ def _random(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def _error(op: str, types: list[TensorType], attrs: object) -> str:
-    with pytest.raises(ShapeError) as info:
-        infer_types(op, types, attrs)  # type: ignore[arg-type]
-    return str(info.value)
-
-
-F32 = "float32"
-
-
 # -- reshape / transpose ---------------------------------------------------------
 
 
@@ -50,12 +42,12 @@ def test_reshape_keeps_row_major_order() -> None:
 
 
 def test_reshape_rejects_element_count_mismatch() -> None:
-    message = _error("reshape", [TensorType((2, 3), F32)], ReshapeAttrs((4, 2)))
+    message = type_error("reshape", [TensorType((2, 3), F32)], ReshapeAttrs((4, 2)))
     assert message == "reshape: cannot reshape float32[2, 3] (6 elements) to [4, 2] (8 elements)"
 
 
 def test_reshape_rejects_unresolved_minus_one() -> None:
-    message = _error("reshape", [TensorType((2, 3), F32)], ReshapeAttrs((-1, 3)))
+    message = type_error("reshape", [TensorType((2, 3), F32)], ReshapeAttrs((-1, 3)))
     assert "negative dimension" in message and "-1" in message
 
 
@@ -66,7 +58,7 @@ def test_transpose_matches_einsum() -> None:
 
 
 def test_transpose_rejects_bad_perm() -> None:
-    message = _error("transpose", [TensorType((2, 3), F32)], TransposeAttrs((0, 0)))
+    message = type_error("transpose", [TensorType((2, 3), F32)], TransposeAttrs((0, 0)))
     assert "perm [0, 0] is not a permutation" in message
 
 
@@ -89,11 +81,13 @@ def test_concat_of_one_input_is_a_copy() -> None:
 
 
 def test_concat_errors() -> None:
-    message = _error("concat", [TensorType((2, 3), F32), TensorType((3, 3), F32)], AxisAttrs(1))
+    message = type_error("concat", [TensorType((2, 3), F32), TensorType((3, 3), F32)], AxisAttrs(1))
     assert "must match on every axis except the concatenation axis 1" in message
-    message = _error("concat", [TensorType((2, 3), F32), TensorType((2, 3), "int32")], AxisAttrs(0))
+    message = type_error(
+        "concat", [TensorType((2, 3), F32), TensorType((2, 3), "int32")], AxisAttrs(0)
+    )
     assert "dtypes differ" in message
-    message = _error("concat", [TensorType((2, 3), F32)], AxisAttrs(-1))
+    message = type_error("concat", [TensorType((2, 3), F32)], AxisAttrs(-1))
     assert "axis -1 is out of range for a rank-2 tensor" in message
 
 
@@ -106,7 +100,7 @@ def test_split_returns_consecutive_pieces() -> None:
 
 
 def test_split_rejects_sizes_that_do_not_cover_the_axis() -> None:
-    message = _error("split", [TensorType((3, 7), F32)], SplitAttrs(1, (2, 2)))
+    message = type_error("split", [TensorType((3, 7), F32)], SplitAttrs(1, (2, 2)))
     assert message == (
         "split: sizes [2, 2] must be non-negative and add up to 7, "
         "the extent of axis 1 of float32[3, 7]"
@@ -143,11 +137,11 @@ def test_slice_every_axis_with_steps() -> None:
 
 def test_slice_errors() -> None:
     data = TensorType((4, 5), F32)
-    message = _error("slice", [data], SliceAttrs((0, 0), (5, 5), (1, 1)))
+    message = type_error("slice", [data], SliceAttrs((0, 0), (5, 5), (1, 1)))
     assert "slice: 0:5:1 on axis 0 of float32[4, 5] reads outside 0..3" in message
-    message = _error("slice", [data], SliceAttrs((0, 0), (4, 5), (1, 0)))
+    message = type_error("slice", [data], SliceAttrs((0, 0), (4, 5), (1, 0)))
     assert "step of axis 1 is 0" in message
-    message = _error("slice", [data], SliceAttrs((0,), (4,), (1,)))
+    message = type_error("slice", [data], SliceAttrs((0,), (4,), (1,)))
     assert "one entry per axis" in message
 
 
@@ -170,7 +164,9 @@ def test_gather_scalar_index_drops_the_axis() -> None:
 
 
 def test_gather_errors() -> None:
-    message = _error("gather", [TensorType((4,), F32), TensorType((2,), "float32")], AxisAttrs(0))
+    message = type_error(
+        "gather", [TensorType((4,), F32), TensorType((2,), "float32")], AxisAttrs(0)
+    )
     assert "indices must be int32 or int64" in message
     with pytest.raises(ShapeError, match="index 4 is out of range for an axis of size 4"):
         evaluate("gather", [_random(4), np.array([4], dtype=np.int64)], AxisAttrs(0))
@@ -208,11 +204,11 @@ def test_pad_reflect_and_edge_by_hand() -> None:
 
 def test_pad_errors() -> None:
     data = TensorType((2, 3), F32)
-    assert "must be 4 non-negative numbers" in _error("pad", [data], PadAttrs((1, 1)))
-    assert "must be 4 non-negative numbers" in _error("pad", [data], PadAttrs((0, -1, 0, 0)))
-    message = _error("pad", [data], PadAttrs((0, 3, 0, 0), mode="reflect"))
+    assert "must be 4 non-negative numbers" in type_error("pad", [data], PadAttrs((1, 1)))
+    assert "must be 4 non-negative numbers" in type_error("pad", [data], PadAttrs((0, -1, 0, 0)))
+    message = type_error("pad", [data], PadAttrs((0, 3, 0, 0), mode="reflect"))
     assert "reflect padding 3 on axis 1 of float32[2, 3] must be smaller than the axis" in message
-    assert "unknown mode 'wrap'" in _error("pad", [data], PadAttrs((0, 0, 0, 0), mode="wrap"))
+    assert "unknown mode 'wrap'" in type_error("pad", [data], PadAttrs((0, 0, 0, 0), mode="wrap"))
 
 
 # -- broadcast_to / tile ---------------------------------------------------------
@@ -228,10 +224,10 @@ def test_broadcast_to_repeats_size_one_axes() -> None:
 
 
 def test_broadcast_to_error() -> None:
-    message = _error("broadcast_to", [TensorType((3, 2), F32)], ShapeAttrs((3, 4)))
+    message = type_error("broadcast_to", [TensorType((3, 2), F32)], ShapeAttrs((3, 4)))
     assert message.startswith("broadcast_to: float32[3, 2] cannot be broadcast to [3, 4]")
     # The target must be the result, not merely compatible: (3, 1) -> (1,) is a shrink.
-    assert "cannot be broadcast" in _error(
+    assert "cannot be broadcast" in type_error(
         "broadcast_to", [TensorType((3, 1), F32)], ShapeAttrs((1,))
     )
 
@@ -242,7 +238,7 @@ def test_tile_by_index_formula() -> None:
     assert out.shape == (4, 9)
     for i, j in itertools.product(range(4), range(9)):
         assert out[i, j] == x[i % 2, j % 3]
-    assert "one non-negative count per axis" in _error(
+    assert "one non-negative count per axis" in type_error(
         "tile", [TensorType((2, 3), F32)], TileAttrs((2,))
     )
 
@@ -298,13 +294,13 @@ def test_space_to_depth_crd_inverts_depth_to_space_crd(layout: str) -> None:
 
 def test_block_op_errors() -> None:
     data = TensorType((1, 6, 4, 4), F32)
-    message = _error("depth_to_space", [data], BlockAttrs(2))
+    message = type_error("depth_to_space", [data], BlockAttrs(2))
     assert message == "depth_to_space: channels of float32[1, 6, 4, 4] are not divisible by 2*2"
-    message = _error("space_to_depth", [TensorType((1, 2, 3, 4), F32)], BlockAttrs(2))
+    message = type_error("space_to_depth", [TensorType((1, 2, 3, 4), F32)], BlockAttrs(2))
     assert "height and width of float32[1, 2, 3, 4] are not divisible by 2" in message
-    message = _error("space_to_depth", [data], BlockAttrs(2, mode="RCD"))
+    message = type_error("space_to_depth", [data], BlockAttrs(2, mode="RCD"))
     assert "mode 'RCD' is not supported" in message
-    assert "layout 'NCDHW'" in _error("depth_to_space", [data], BlockAttrs(2, layout="NCDHW"))
+    assert "layout 'NCDHW'" in type_error("depth_to_space", [data], BlockAttrs(2, layout="NCDHW"))
 
 
 # -- registry --------------------------------------------------------------------

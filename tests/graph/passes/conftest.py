@@ -7,24 +7,12 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 import pytest
+from graph_parts import random_inputs
 
 from ember.graph import Graph, Params, format_graph, interpret, verify
 from ember.testing.oracle import ATOL, RTOL, assert_allclose
 
 PassFn = Callable[..., tuple[Graph, Params]]
-
-
-def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Standard-normal arrays (small integers for integer inputs) for every input."""
-    generator = np.random.default_rng(seed)
-    inputs = {}
-    for value in graph.inputs:
-        if np.issubdtype(np.dtype(value.dtype), np.floating):
-            array = generator.standard_normal(value.shape)
-        else:
-            array = generator.integers(-5, 6, size=value.shape)
-        inputs[value.name] = array.astype(value.dtype)
-    return inputs
 
 
 def run_pass(

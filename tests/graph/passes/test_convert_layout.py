@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from graph_parts import batch_norm, random_inputs, weight
 
 from ember.errors import ShapeError
 from ember.graph import Graph, GraphBuilder, Value, interpret, verify
@@ -29,10 +30,6 @@ from ember.testing.oracle import assert_allclose
 from ember.testing.workloads import get_workload
 
 
-def weight(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
-
-
 def conv_attrs(layout: str = "NCHW", kernel_layout: str = "OIHW", groups: int = 1) -> ConvAttrs:
     spatial = len(layout) - 2
     return ConvAttrs(
@@ -43,26 +40,6 @@ def conv_attrs(layout: str = "NCHW", kernel_layout: str = "OIHW", groups: int = 
 def conv(b: GraphBuilder, x: Value, out_channels: int, name: str, seed: int = 0) -> Value:
     w = b.param(f"{name}_w", weight((out_channels, x.shape[1], 3, 3), seed))
     return b.add("conv", [x, w], conv_attrs(), name=name)
-
-
-def batch_norm(b: GraphBuilder, x: Value, name: str) -> Value:
-    channels = x.shape[1]
-    generator = np.random.default_rng(channels)
-    vectors = [
-        b.param(f"{name}_{what}", array.astype("float32"))
-        for what, array in (
-            ("scale", generator.uniform(0.5, 1.5, channels)),
-            ("bias", generator.normal(0.0, 0.5, channels)),
-            ("mean", generator.normal(0.0, 0.5, channels)),
-            ("var", generator.uniform(0.5, 2.0, channels)),
-        )
-    ]
-    return b.add("batch_norm", [x, *vectors], BatchNormAttrs(1e-5, 1), name=name)
-
-
-def random_inputs(graph: Graph) -> dict[str, np.ndarray]:
-    generator = np.random.default_rng(0)
-    return {v.name: generator.standard_normal(v.shape).astype(v.dtype) for v in graph.inputs}
 
 
 def transposes(graph: Graph) -> list[str]:
@@ -108,7 +85,7 @@ def resnet_like() -> tuple[Graph, dict[str, np.ndarray]]:
     b = GraphBuilder()
     x = b.input("x", (2, 3, 8, 8))
     y = conv(b, x, 4, "conv1", seed=1)
-    y = batch_norm(b, y, "bn1")
+    y = batch_norm(b, y, name="bn1")
     y = b.add("relu", [y], name="relu1")
     pooled = b.add("max_pool", [y], POOL_2X2, name="pool")
     y = conv(b, pooled, 4, "conv2", seed=2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from graph_parts import batch_norm, weight
 
 from ember.errors import GraphError
 from ember.graph import GraphBuilder, Value
@@ -17,45 +18,37 @@ from ember.testing import get_workload
 # outputs of magnitude ~5, so the suite's fp32 bounds hold; they are kept.
 
 
-def batch_norm(b: GraphBuilder, x: Value, channels: int, axis: int, name: str = "bn") -> Value:
-    generator = np.random.default_rng(channels)
-    vectors = [
-        b.param(f"{name}_{what}", array.astype("float32"))
-        for what, array in (
-            ("scale", generator.uniform(0.5, 1.5, channels)),
-            ("bias", generator.normal(0.0, 0.5, channels)),
-            ("mean", generator.normal(0.0, 0.5, channels)),
-            ("var", generator.uniform(0.5, 2.0, channels)),
-        )
-    ]
-    return b.add("batch_norm", [x, *vectors], BatchNormAttrs(1e-5, axis), name=name)
-
-
-def weight(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
-
-
 CONV_NCHW = ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1, "NCHW", "OIHW")
 
 
-def test_conv_nchw_folds_into_weight_and_bias_add(check_pass) -> None:
+def conv_builder() -> tuple[GraphBuilder, Value]:
+    """A builder holding input x: [1, 3, 5, 5] and its 3x3 conv `conv` to 4 channels
+    (weight `w`); returns it and the conv."""
     b = GraphBuilder()
     x = b.input("x", (1, 3, 5, 5))
-    conv = b.add("conv", [x, b.param("w", weight((4, 3, 3, 3)))], CONV_NCHW, name="conv")
-    y = batch_norm(b, conv, 4, axis=1)
+    return b, b.add("conv", [x, b.param("w", weight((4, 3, 3, 3)))], CONV_NCHW, name="conv")
+
+
+# conv_builder's conv and a batch norm `bn` after it, folded.
+FOLDED_CONV = """
+    graph main(%x: float32[1, 3, 5, 5]) -> (%bn: float32[1, 4, 5, 5]) {
+      param %w_folded: float32[4, 3, 3, 3]
+      param %bn_shift: float32[4, 1, 1]
+      %conv = conv(%x, %w_folded) {strides=[1, 1], padding=[1, 1, 1, 1], dilations=[1, 1], groups=1, layout="NCHW", kernel_layout="OIHW"} : float32[1, 4, 5, 5]
+      %bn = add(%conv, %bn_shift) : float32[1, 4, 5, 5]
+    }
+"""  # noqa: E501
+
+
+def test_conv_nchw_folds_into_weight_and_bias_add(check_pass) -> None:
+    b, conv = conv_builder()
+    y = batch_norm(b, conv)
     graph, params = b.build([y])
     _, new_params = check_pass(
         fold_batch_norm,
         graph,
         params,
-        expected="""
-        graph main(%x: float32[1, 3, 5, 5]) -> (%bn: float32[1, 4, 5, 5]) {
-          param %w_folded: float32[4, 3, 3, 3]
-          param %bn_shift: float32[4, 1, 1]
-          %conv = conv(%x, %w_folded) {strides=[1, 1], padding=[1, 1, 1, 1], dilations=[1, 1], groups=1, layout="NCHW", kernel_layout="OIHW"} : float32[1, 4, 5, 5]
-          %bn = add(%conv, %bn_shift) : float32[1, 4, 5, 5]
-        }
-        """,  # noqa: E501
+        expected=FOLDED_CONV,
     )
     multiplier = params["bn_scale"] / np.sqrt(params["bn_var"] + 1e-5)
     np.testing.assert_allclose(
@@ -68,7 +61,7 @@ def test_depthwise_conv_nhwc_folds_along_the_output_channel_axis(check_pass) -> 
     b = GraphBuilder()
     x = b.input("x", (2, 6, 6, 6))
     conv = b.add("conv", [x, b.param("w", weight((3, 3, 1, 6)))], attrs, name="conv")
-    y = batch_norm(b, conv, 6, axis=3)
+    y = batch_norm(b, conv, axis=3)
     graph, params = b.build([y])
     check_pass(
         fold_batch_norm,
@@ -89,7 +82,7 @@ def test_dense_folds_into_weight_rows(check_pass) -> None:
     b = GraphBuilder()
     x = b.input("x", (3, 8))
     dense = b.add("dense", [x, b.param("w", weight((5, 8)))], name="fc")
-    y = batch_norm(b, dense, 5, axis=1)
+    y = batch_norm(b, dense)
     graph, params = b.build([y])
     check_pass(
         fold_batch_norm,
@@ -108,32 +101,21 @@ def test_dense_folds_into_weight_rows(check_pass) -> None:
 
 @pytest.mark.parametrize("bias_shape", [(4, 1, 1), (1, 4, 1, 1), (1, 1, 1)])
 def test_conv_bias_add_folds_into_the_new_bias(check_pass, bias_shape) -> None:
-    b = GraphBuilder()
-    x = b.input("x", (1, 3, 5, 5))
-    conv = b.add("conv", [x, b.param("w", weight((4, 3, 3, 3)))], CONV_NCHW, name="conv")
+    b, conv = conv_builder()
     biased = b.add("add", [b.param("c", weight(bias_shape, seed=1)), conv], name="biased")
-    y = batch_norm(b, biased, 4, axis=1)
+    y = batch_norm(b, biased)
     graph, params = b.build([y])
     check_pass(
         fold_batch_norm,
         graph,
         params,
-        expected="""
-        graph main(%x: float32[1, 3, 5, 5]) -> (%bn: float32[1, 4, 5, 5]) {
-          param %w_folded: float32[4, 3, 3, 3]
-          param %bn_shift: float32[4, 1, 1]
-          %conv = conv(%x, %w_folded) {strides=[1, 1], padding=[1, 1, 1, 1], dilations=[1, 1], groups=1, layout="NCHW", kernel_layout="OIHW"} : float32[1, 4, 5, 5]
-          %bn = add(%conv, %bn_shift) : float32[1, 4, 5, 5]
-        }
-        """,  # noqa: E501
+        expected=FOLDED_CONV,
     )
 
 
 def test_conv_with_another_reader_becomes_multiply_add(check_pass) -> None:
-    b = GraphBuilder()
-    x = b.input("x", (1, 3, 5, 5))
-    conv = b.add("conv", [x, b.param("w", weight((4, 3, 3, 3)))], CONV_NCHW, name="conv")
-    y = batch_norm(b, conv, 4, axis=1)
+    b, conv = conv_builder()
+    y = batch_norm(b, conv)
     z = b.add("add", [y, conv], name="z")
     graph, params = b.build([z])
     check_pass(
@@ -155,10 +137,8 @@ def test_conv_with_another_reader_becomes_multiply_add(check_pass) -> None:
 
 
 def test_conv_output_that_is_a_graph_output_is_not_changed(check_pass) -> None:
-    b = GraphBuilder()
-    x = b.input("x", (1, 3, 5, 5))
-    conv = b.add("conv", [x, b.param("w", weight((4, 3, 3, 3)))], CONV_NCHW, name="conv")
-    y = batch_norm(b, conv, 4, axis=1)
+    b, conv = conv_builder()
+    y = batch_norm(b, conv)
     graph, params = b.build([y, conv])
     new_graph, _ = check_pass(fold_batch_norm, graph, params)
     assert [n.op for n in new_graph.nodes] == ["conv", "multiply", "add"]
@@ -166,11 +146,9 @@ def test_conv_output_that_is_a_graph_output_is_not_changed(check_pass) -> None:
 
 
 def test_bias_that_varies_spatially_is_not_folded(check_pass) -> None:
-    b = GraphBuilder()
-    x = b.input("x", (1, 3, 5, 5))
-    conv = b.add("conv", [x, b.param("w", weight((4, 3, 3, 3)))], CONV_NCHW, name="conv")
+    b, conv = conv_builder()
     biased = b.add("add", [conv, b.param("c", weight((5, 5), seed=1))], name="biased")
-    y = batch_norm(b, biased, 4, axis=1)
+    y = batch_norm(b, biased)
     graph, params = b.build([y])
     new_graph, _ = check_pass(fold_batch_norm, graph, params)
     assert [n.op for n in new_graph.nodes] == ["conv", "add", "multiply", "add"]
@@ -180,9 +158,9 @@ def test_batch_norm_after_other_ops_and_on_other_axes_becomes_multiply_add(check
     b = GraphBuilder()
     x = b.input("x", (2, 4, 3))
     relu = b.add("relu", [x], name="relu")
-    y = batch_norm(b, relu, 4, axis=1, name="bn_relu")
+    y = batch_norm(b, relu, name="bn_relu")
     dense = b.add("dense", [y, b.param("w", weight((3, 3)))], name="fc")
-    z = batch_norm(b, dense, 4, axis=1, name="bn_fc")  # axis 1 is not dense's channels
+    z = batch_norm(b, dense, axis=1, name="bn_fc")  # axis 1 is not dense's channels
     graph, params = b.build([z])
     new_graph, _ = check_pass(fold_batch_norm, graph, params)
     assert [n.op for n in new_graph.nodes] == [
@@ -194,9 +172,9 @@ def test_shared_weight_is_scaled_separately_for_each_conv(check_pass) -> None:
     b = GraphBuilder()
     x = b.input("x", (1, 3, 5, 5))
     w = b.param("w", weight((4, 3, 3, 3)))
-    first = batch_norm(b, b.add("conv", [x, w], CONV_NCHW, name="c1"), 4, 1, name="bn1")
+    first = batch_norm(b, b.add("conv", [x, w], CONV_NCHW, name="c1"), name="bn1")
     second = b.add("conv", [x, w], CONV_NCHW, name="c2")
-    y = b.add("add", [first, batch_norm(b, second, 4, 1, name="bn2")], name="y")
+    y = b.add("add", [first, batch_norm(b, second, name="bn2")], name="y")
     graph, params = b.build([y])
     new_graph, new_params = check_pass(fold_batch_norm, graph, params)
     assert "batch_norm" not in new_graph.op_histogram()

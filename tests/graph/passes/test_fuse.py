@@ -6,6 +6,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from graph_parts import random_inputs, weight
 
 from ember.errors import GraphError
 from ember.graph import Graph, GraphBuilder, Value, interpret, verify
@@ -35,15 +36,6 @@ Params = dict[str, np.ndarray]
 
 CONV_3X3 = ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1)
 PAD_HW = PadAttrs((0, 0, 1, 1, 0, 0, 1, 1))
-
-
-def weight(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
-
-
-def random_inputs(graph: Graph) -> dict[str, np.ndarray]:
-    generator = np.random.default_rng(0)
-    return {v.name: generator.standard_normal(v.shape).astype(v.dtype) for v in graph.inputs}
 
 
 def padded_conv(b: GraphBuilder, x: Value, index: int) -> Value:
