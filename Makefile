@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-all lint clean
+.PHONY: demo test test-all lint clean cross-tools
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -21,10 +21,21 @@ demo: $(VENV)/.installed-base
 	$(BIN)/ember info resnet-18
 	$(BIN)/python -m ember.testing.demo
 
-test: $(VENV)/.installed-test
+# The aarch64 tests cross-compile kernels and run them under qemu. Install the tools
+# when we can (root with apt-get); otherwise those tests skip and say why.
+CROSS_PACKAGES := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+cross-tools:
+	@if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq $(CROSS_PACKAGES)) >/dev/null 2>&1 || true; \
+	  fi; \
+	fi
+
+test: $(VENV)/.installed-test cross-tools
 	$(BIN)/python -m pytest -q
 
-test-all: $(VENV)/.installed-test
+test-all: $(VENV)/.installed-test cross-tools
 	$(BIN)/python -m pytest -q -m ''
 
 lint: $(VENV)/.installed-test

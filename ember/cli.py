@@ -21,7 +21,8 @@ def parse_shapes(text: str | None) -> dict[str, tuple[int, ...]] | None:
     if not text:
         return None
     shapes: dict[str, tuple[int, ...]] = {}
-    for item in text.split(";"):
+    # Empty items are skipped, so a trailing ';' is harmless.
+    for item in filter(str.strip, text.split(";")):
         name, sep, dims = item.strip().rpartition(":")
         try:
             if not sep or not name:

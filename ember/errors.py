@@ -25,3 +25,25 @@ class GraphError(EmberError):
 
 class WorkloadError(EmberError):
     """An unknown built-in workload or unsupported workload options."""
+
+
+class LoopIRError(EmberError):
+    """Loop IR is invalid (failed `verify`), or an interpreted kernel read or wrote
+    outside a buffer: a bug in the schedule or the lowering that produced it."""
+
+
+class TargetError(EmberError):
+    """A target string could not be parsed or names something Ember does not support."""
+
+
+class ToolchainError(EmberError):
+    """No usable compiler for the target, or compiling/linking generated code failed."""
+
+
+class KernelCallError(EmberError):
+    """A compiled kernel was called with arrays that do not match its buffers."""
+
+
+class CodegenError(EmberError):
+    """Loop IR uses something the code generator cannot render (e.g. an unsupported
+    dtype)."""

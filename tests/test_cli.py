@@ -63,6 +63,7 @@ def test_parse_shapes() -> None:
         "mask": (1, 16),
     }
     assert parse_shapes(None) is None
+    assert parse_shapes("data:1,3;") == {"data": (1, 3)}
 
 
 def test_parse_shapes_error_says_the_format() -> None:

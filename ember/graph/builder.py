@@ -6,14 +6,13 @@ that exists has passed type inference.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from ember.errors import GraphError
 from ember.graph.ir import (
     Attrs,
     Graph,
+    NameSupply,
     NoAttrs,
     Node,
     Params,
@@ -40,27 +39,19 @@ class GraphBuilder:
         self._params: dict[str, Value] = {}
         self._arrays: Params = {}
         self._nodes: list[Node] = []
-        self._taken: set[str] = set()
-        self._counters: dict[str, int] = {}
+        self._names = NameSupply()
 
     # -- names -------------------------------------------------------------------
 
     def fresh_name(self, hint: str) -> str:
         """A value or node name based on `hint` not used yet in this graph."""
-        base = re.sub(r"[^A-Za-z0-9_.:/-]", "_", hint) or "v"
-        name = base
-        while name in self._taken:
-            self._counters[base] = self._counters.get(base, 0) + 1
-            name = f"{base}_{self._counters[base]}"
-        self._taken.add(name)
-        return name
+        return self._names.fresh(hint)
 
     # -- values ------------------------------------------------------------------
 
     def input(self, name: str, shape: tuple[int, ...], dtype: str = "float32") -> Value:
-        if name in self._taken:
+        if not self._names.take(name):
             raise GraphError(f"graph input name {name!r} is already used")
-        self._taken.add(name)
         value = Value(name, TensorType(tuple(int(d) for d in shape), dtype))
         self._inputs.append(value)
         return value

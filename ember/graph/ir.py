@@ -8,7 +8,8 @@ different weights; `Graph.params` lists the values that such a dict must provide
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TypeAlias
 
@@ -107,7 +108,8 @@ class NoAttrs(Attrs):
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """One op application. `op` names an entry of the op registry (`ember.graph.ops`)."""
+    """One op application. `op` names an entry of the op registry (`ember.graph.ops`);
+    `name` identifies the node and is unique in its graph, like value names."""
 
     op: str
     inputs: tuple[Value, ...]
@@ -164,6 +166,38 @@ class Graph:
         from ember.graph.printer import format_graph
 
         return format_graph(self)
+
+
+class NameSupply:
+    """Hands out names not taken yet: the hint itself, else `hint_1`, `hint_2`, ...
+    Hints are cleaned to letters, digits and `_.:/-`, so names print unambiguously."""
+
+    def __init__(self, taken: Iterable[str] = ()) -> None:
+        self._taken = set(taken)
+        # Per hint, the last suffix handed out: every smaller one is taken already.
+        self._last_suffix: dict[str, int] = {}
+
+    @classmethod
+    def for_graph(cls, graph: Graph) -> NameSupply:
+        """Names used nowhere in `graph`, neither by a value nor by a node."""
+        value_names = [value.name for value in graph.values()]
+        return cls([*value_names, *(node.name for node in graph.nodes)])
+
+    def take(self, name: str) -> bool:
+        """Claim `name` exactly; False if it was taken already."""
+        if name in self._taken:
+            return False
+        self._taken.add(name)
+        return True
+
+    def fresh(self, hint: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9_.:/-]", "_", hint) or "v"
+        name = base
+        while name in self._taken:
+            self._last_suffix[base] = self._last_suffix.get(base, 0) + 1
+            name = f"{base}_{self._last_suffix[base]}"
+        self._taken.add(name)
+        return name
 
 
 def param_count(graph: Graph) -> int:

@@ -12,9 +12,11 @@ from ember.graph.ops import infer_types
 
 
 def verify(graph: Graph, params: Mapping[str, np.ndarray] | None = None) -> None:
-    """Raise `GraphError` unless every value is defined once before use, every node's
-    output types equal what its op infers, and (if given) params match their types."""
+    """Raise `GraphError` unless every value is defined once before use, every node has
+    a name of its own, every node's output types equal what its op infers, and (if
+    given) params match their types."""
     defined: dict[str, TensorType] = {}
+    node_names: dict[str, int] = {}
 
     def define(name: str, type_: TensorType, where: str) -> None:
         if name in defined:
@@ -27,6 +29,10 @@ def verify(graph: Graph, params: Mapping[str, np.ndarray] | None = None) -> None
         define(value.name, value.type, "param")
     for index, node in enumerate(graph.nodes):
         where = f"node #{index} {node.name!r} ({node.op})"
+        if node.name in node_names:
+            # Passes (fuse above all) and messages identify nodes by name.
+            raise GraphError(f"{where} has the name of node #{node_names[node.name]}")
+        node_names[node.name] = index
         for value in node.inputs:
             if value.name not in defined:
                 raise GraphError(f"{where} reads {value.name!r} before it is defined")

@@ -1,5 +1,6 @@
 """Loop IR: what schedules lower to and code generators render."""
 
+from ember.loop.interpret import compile_func, evaluate_expr, run_func
 from ember.loop.ir import (
     Allocate,
     Broadcast,
@@ -18,6 +19,8 @@ from ember.loop.ir import (
     split_dtype,
     vector_dtype,
 )
+from ember.loop.simplify import simplify, simplify_expr
+from ember.loop.verify import verify
 
 __all__ = [
     "Allocate",
@@ -33,7 +36,13 @@ __all__ = [
     "Seq",
     "Stmt",
     "Store",
+    "compile_func",
+    "evaluate_expr",
+    "run_func",
     "seq",
+    "simplify",
+    "simplify_expr",
     "split_dtype",
     "vector_dtype",
+    "verify",
 ]

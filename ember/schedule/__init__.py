@@ -1,5 +1,6 @@
 """Schedules as data: `State` (a ComputeDAG plus transform steps) and its lowering."""
 
+from ember.schedule.lower import infer_bound, lower
 from ember.schedule.state import (
     Annotation,
     Iterator,
@@ -19,6 +20,7 @@ from ember.schedule.steps import (
     FuseStep,
     PragmaStep,
     ReorderStep,
+    RfactorStep,
     SplitStep,
     Step,
     replay,
@@ -39,11 +41,14 @@ __all__ = [
     "Location",
     "PragmaStep",
     "ReorderStep",
+    "RfactorStep",
     "ScheduleError",
     "SplitStep",
     "Stage",
     "State",
     "Step",
+    "infer_bound",
+    "lower",
     "replay",
     "step_from_json",
 ]

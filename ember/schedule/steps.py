@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
+from ember.schedule.lower import reduction_identity
 from ember.schedule.state import (
     Annotation,
     FuseRelation,
@@ -26,9 +27,9 @@ from ember.schedule.state import (
     initial_stage,
 )
 from ember.te.dag import ComputeDAG
-from ember.te.expr import Reduce, TensorRead
-from ember.te.tensor import ComputeOp, Tensor, compute
-from ember.te.visit import map_expr
+from ember.te.expr import Expr, Reduce, Select, TensorRead, Var
+from ember.te.tensor import ComputeOp, IterKind, IterVar, Tensor, compute
+from ember.te.visit import map_expr, substitute
 
 
 class Step:
@@ -60,6 +61,19 @@ def _attached_at(state: State, stage_index: int, iterator: str) -> list[str]:
         and s.attach_stage == stage_index
         and s.attach_iter == iterator
     ]
+
+
+def _effective_readers(state: State, index: int) -> list[int]:
+    """Stages that read stage `index` once inlined stages are substituted away: an
+    inlined consumer stands for its own readers."""
+    found: list[int] = []
+    for consumer in state.consumers(index):
+        if state.stages[consumer].location is Location.INLINED:
+            more = _effective_readers(state, consumer)
+        else:
+            more = [consumer]
+        found += [i for i in more if i not in found]
+    return found
 
 
 def _require_compute(stage: Stage) -> None:
@@ -180,6 +194,13 @@ class AnnotationStep(Step):
                 f"cannot {self.annotation.value} {iterator.kind.value} iterator "
                 f"{iterator.name!r}: iterations would race on the accumulator"
             )
+        if self.annotation is Annotation.PARALLEL and any(
+            it.annotation is Annotation.PARALLEL for it in stage.iters
+        ):
+            raise ScheduleError(
+                f"stage {stage.name!r} already has a parallel loop; nested parallel loops "
+                "oversubscribe the cores (fuse the loops and parallelise the fused one)"
+            )
         if self.annotation is Annotation.PARALLEL and stage.location is not Location.ROOT:
             raise ScheduleError(
                 f"stage {stage.name!r} is computed inside another loop; only root stages "
@@ -226,9 +247,16 @@ class ComputeAtStep(Step):
         iterator = target.check_iter(self.target_iter_id)
         if any(stage.tensor is t for t in state.dag.outputs):
             raise ScheduleError(f"stage {stage.name!r} is an output and must stay at root")
-        if self.target_stage_id not in state.consumers(self.stage_id):
+        readers = _effective_readers(state, self.stage_id)
+        if self.target_stage_id not in readers:
             raise ScheduleError(
                 f"stage {target.name!r} does not read {stage.name!r}; compute_at needs a consumer"
+            )
+        if len(readers) > 1:
+            others = ", ".join(state.stages[i].name for i in readers if i != self.target_stage_id)
+            raise ScheduleError(
+                f"stage {stage.name!r} is also read by {others}; compute_at needs the target to "
+                "be its only reader (its buffer lives inside the target's loop)"
             )
         if any(it.annotation is Annotation.PARALLEL for it in stage.iters):
             raise ScheduleError(f"stage {stage.name!r} has a parallel loop and must stay at root")
@@ -304,6 +332,10 @@ class CacheWriteStep(Step):
             raise ScheduleError(
                 f"cache_write of {stage.name!r} must come before its other transform steps"
             )
+        if any(s.attach_stage == self.stage_id for s in state.stages):
+            raise ScheduleError(
+                f"stages are computed at {stage.name!r}; apply cache_write before compute_at"
+            )
         cache = Tensor(ComputeOp(f"{op.name}.{self.scope}", op.axes, op.body, op.tag))
         copy = ComputeOp(op.name, op.axes, cache[tuple(a.var for a in op.axes)], op.tag)
         cache_stage = replace(initial_stage(cache), scope=self.scope)
@@ -330,6 +362,11 @@ class CacheReadStep(Step):
 
     def apply(self, state: State) -> State:
         stage = state.stage(self.stage_id)
+        if stage.location is Location.ATTACHED:
+            raise ScheduleError(
+                f"stage {stage.name!r} is computed inside another stage's loop; apply "
+                "cache_read before compute_at"
+            )
         consumers = state.consumers(self.stage_id)
         if not self.reader_ids or any(r not in consumers for r in self.reader_ids):
             raise ScheduleError(
@@ -362,6 +399,116 @@ class CacheReadStep(Step):
         return _insert_stage(state, self.stage_id + 1, new_stage).with_step(self)
 
 
+@dataclass(frozen=True, slots=True)
+class RfactorStep(Step):
+    """Factor a reduction in two. Reduce iterator `iter_id` becomes a spatial axis (at
+    position `factor_iter_id` among the spatial axes) of a new `<name>.rf` stage that
+    computes partial reductions over the other reduce iterators; the stage itself then
+    reduces over that axis. The `.rf` stage is inserted before the stage, which moves
+    one index up, and both start with fresh loops.
+
+    Legal on a reduction stage whose only transform so far is at most one split of a
+    reduce axis (the chosen iterator is that axis or one of its split outputs), with no
+    annotations and no stages computed at it: later steps then schedule the two stages."""
+
+    kind: ClassVar[str] = "RF"
+    stage_id: int
+    iter_id: int
+    factor_iter_id: int
+
+    def apply(self, state: State) -> State:
+        stage = _loop_stage(state, self.stage_id)
+        op = stage.compute_op
+        iterator = stage.check_iter(self.iter_id)
+        self._check(state, stage, iterator)
+        assert isinstance(op.body, Reduce)
+        combiner = op.body.combiner
+        source, reduce_axes, new_axis = _factor_axes(stage, iterator)
+        axes = (*op.axes[: self.factor_iter_id], new_axis, *op.axes[self.factor_iter_id :])
+        body = Reduce(combiner, source, reduce_axes) if reduce_axes else source
+        partial = Tensor(ComputeOp(f"{op.name}.rf", axes, body, op.tag))
+        final_axis = IterVar(Var(iterator.name), iterator.extent, IterKind.REDUCE)
+        index = tuple(a.var for a in op.axes)
+        read = partial[
+            (*index[: self.factor_iter_id], final_axis.var, *index[self.factor_iter_id :])
+        ]
+        final = ComputeOp(op.name, op.axes, Reduce(combiner, read, (final_axis,)), op.tag)
+        final_stage = replace(
+            initial_stage(Tensor(final)),
+            tensor=stage.tensor,
+            location=stage.location,
+            attach_stage=stage.attach_stage,
+            attach_iter=stage.attach_iter,
+        )
+        state = state.with_stage(self.stage_id, final_stage)
+        return _insert_stage(state, self.stage_id, initial_stage(partial)).with_step(self)
+
+    def _check(self, state: State, stage: Stage, iterator: Iterator) -> None:
+        op = stage.compute_op
+        if not isinstance(op.body, Reduce):
+            raise ScheduleError(f"stage {stage.name!r} is not a reduction; rfactor needs one")
+        if iterator.kind is not IteratorKind.REDUCE:
+            raise ScheduleError(
+                f"rfactor needs a reduce iterator; {iterator.name!r} is {iterator.kind.value}"
+            )
+        if not 0 <= self.factor_iter_id <= len(op.axes):
+            raise ScheduleError(
+                f"rfactor axis position {self.factor_iter_id} must be in 0..{len(op.axes)}"
+            )
+        relations = stage.relations
+        if len(relations) > 1 or (
+            relations
+            and not (
+                isinstance(relations[0], SplitRelation) and iterator.name in relations[0].outputs
+            )
+        ):
+            raise ScheduleError(
+                f"rfactor of {stage.name!r} must follow at most one split, of the reduce axis "
+                f"that {iterator.name!r} comes from; apply other transforms afterwards"
+            )
+        if any(it.annotation is not Annotation.NONE for it in stage.iters):
+            raise ScheduleError(f"rfactor of {stage.name!r} must come before its annotations")
+        if any(s.attach_stage == self.stage_id for s in state.stages):
+            raise ScheduleError(f"stages are computed at {stage.name!r}; rfactor it first")
+
+
+def _factor_axes(stage: Stage, iterator: Iterator) -> tuple[Expr, tuple[IterVar, ...], IterVar]:
+    """For rfactor: the reduction source over the new axes, the remaining reduce axes
+    (in order) and the new spatial axis standing for `iterator`."""
+    op = stage.compute_op
+    assert isinstance(op.body, Reduce)
+    source = op.body.source
+    new_axis = IterVar(Var(iterator.name), iterator.extent, IterKind.SPATIAL)
+    if not stage.relations:
+        others = tuple(a for a in op.reduce_axes if a.name != iterator.name)
+        return substitute(source, {_axis(op, iterator.name).var: new_axis.var}), others, new_axis
+    split = stage.relations[0]
+    assert isinstance(split, SplitRelation)
+    parts = [
+        new_axis if name == iterator.name else IterVar(Var(name), extent, IterKind.REDUCE)
+        for name, extent in zip(split.outputs, split.extents, strict=True)
+    ]
+    value: Expr = parts[0].var
+    for part in parts[1:]:
+        value = value * part.extent + part.var
+    source = substitute(source, {_axis(op, split.parent).var: value})
+    if math.prod(split.extents) > split.parent_extent:
+        # The tail of the split reads past the axis: it contributes the identity.
+        identity = reduction_identity(op.body.combiner, source.dtype)
+        source = Select(value < split.parent_extent, source, identity)
+    remaining: list[IterVar] = []
+    for axis in op.reduce_axes:
+        if axis.name == split.parent:
+            remaining += [p for p in parts if p is not new_axis]
+        else:
+            remaining.append(axis)
+    return source, tuple(remaining), new_axis
+
+
+def _axis(op: ComputeOp, name: str) -> IterVar:
+    return next(a for a in op.axes + op.reduce_axes if a.name == name)
+
+
 STEP_TYPES: dict[str, type[Step]] = {
     cls.kind: cls
     for cls in (
@@ -375,6 +522,7 @@ STEP_TYPES: dict[str, type[Step]] = {
         ComputeRootStep,
         CacheWriteStep,
         CacheReadStep,
+        RfactorStep,
     )
 }
 
@@ -416,6 +564,7 @@ __all__ = [
     "FuseStep",
     "PragmaStep",
     "ReorderStep",
+    "RfactorStep",
     "SplitStep",
     "Step",
     "replay",

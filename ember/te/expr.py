@@ -23,6 +23,12 @@ INDEX_DTYPE = "int64"
 ExprLike = Union["Expr", "IterVar", int, float, bool]
 
 
+def _bool_like(dtype: str) -> str:
+    """The dtype of a comparison of `dtype` values: "bool", or "boolx8" for 8 lanes."""
+    _, separator, lanes = dtype.partition("x")
+    return f"boolx{lanes}" if separator else "bool"
+
+
 class Expr:
     """Base of every scalar expression; subclasses define `dtype`."""
 
@@ -157,7 +163,7 @@ class Binary(Expr):
     @property
     def dtype(self) -> str:
         if self.op.is_comparison or self.op.is_logical:
-            return "bool"
+            return _bool_like(self.a.dtype)
         return self.a.dtype
 
 
@@ -173,7 +179,7 @@ class Unary(Expr):
 
     @property
     def dtype(self) -> str:
-        return "bool" if self.op is UnaryOp.NOT else self.a.dtype
+        return _bool_like(self.a.dtype) if self.op is UnaryOp.NOT else self.a.dtype
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ _FUNCTION_STYLE = {
     BinaryOp.MAX: "max",
 }
 # Infix operators printed without surrounding spaces (as the seed prints products).
-_TIGHT = {BinaryOp.MUL}
+_TIGHT = {BinaryOp.MUL, BinaryOp.DIV}
 
 REDUCE_ASSIGN = {
     Combiner.SUM: "+=",
@@ -79,7 +79,7 @@ def format_expr(expr: Expr) -> str:
         case Cast(dtype, value):
             return f"{dtype}({format_expr(value)})"
         case Call(name, args):
-            return f"{name}({', '.join(format_expr(a) for a in args)})"
+            return f"tir.{name}({', '.join(format_expr(a) for a in args)})"
         case TensorRead(tensor, indices):
             return f"{tensor.name}[{', '.join(format_expr(i) for i in indices)}]"
         case Reduce(combiner, source, axes):

@@ -33,6 +33,7 @@ from ember.graph.ops.attrs import (
     TopKAttrs,
     TransposeAttrs,
 )
+from ember.graph.ops.tensor import block_plan
 from ember.testing.to_onnx import Exporter, exporter, onnx_dtype
 
 
@@ -329,6 +330,11 @@ def _tile(export: Exporter, node: Node) -> None:
 def _block(export: Exporter, node: Node) -> None:
     attrs = node.attrs
     assert isinstance(attrs, BlockAttrs)
+    if node.op == "space_to_depth" and attrs.mode != "DCR":
+        # ONNX's SpaceToDepth is DCR only (a mode arrives in opset 28, past MAX_OPSET):
+        # write out the reshape, transpose and reshape that define the op instead.
+        _block_as_reshapes(export, node, attrs)
+        return
 
     def core(data: str, output: str) -> None:
         if node.op == "depth_to_space":
@@ -339,6 +345,15 @@ def _block(export: Exporter, node: Node) -> None:
             export.emit("SpaceToDepth", [data], [output], blocksize=attrs.block_size)
 
     export.in_channels_first(node, attrs.layout, core)
+
+
+def _block_as_reshapes(export: Exporter, node: Node, attrs: BlockAttrs) -> None:
+    blocks_shape, perm, out_shape = block_plan(node.op, node.inputs[0].type, attrs)
+    inputs, outputs = _io(export, node)
+    blocks_shape_name = export.ints(blocks_shape, f"{node.name}/blocks_shape")
+    blocks = export.emit_one("Reshape", [inputs[0], blocks_shape_name], f"{node.name}/blocks")
+    moved = export.emit_one("Transpose", [blocks], f"{node.name}/moved", perm=list(perm))
+    export.emit("Reshape", [moved, export.ints(out_shape, f"{node.name}/shape")], outputs)
 
 
 # -- reductions -------------------------------------------------------------------------

@@ -21,11 +21,11 @@ from ember.graph.ops.attrs import (
     InstanceNormAttrs,
     LayerNormAttrs,
     LayoutAttrs,
+    LrnAttrs,
     PoolAttrs,
     ResizeAttrs,
 )
 from ember.graph.ops.layout import parse_kernel_layout
-from ember.graph.ops.nn import LrnAttrs
 from ember.graph.ops.sparse import SparseDenseAttrs, dense_from_bsr
 from ember.testing.to_onnx import Exporter, exporter
 

@@ -253,6 +253,21 @@ def test_wrong_shape_override(shapes: dict[str, tuple[int, ...]], message: str) 
         from_onnx(_relu_model(["batch", 3]), shapes=shapes)
 
 
+@pytest.mark.parametrize(
+    ("shapes", "message"),
+    [
+        ({"x": 3}, r"input 'x' is 3, not a sequence of dimensions"),
+        ({"x": "1,3"}, r"input 'x' is '1,3', not a sequence of dimensions"),
+        ({"x": (True, 3)}, r"input 'x' is \[True, 3\] .*non-negative integers"),
+        ([("x", (1, 3))], r"shapes= must map input names to shapes.*got a list"),
+    ],
+    ids=["int", "string", "bool-dimension", "not-a-mapping"],
+)
+def test_shape_override_of_the_wrong_type(shapes: object, message: str) -> None:
+    with pytest.raises(ShapeError, match=message):
+        from_onnx(_relu_model(["batch", 3]), shapes=shapes)  # type: ignore[arg-type]
+
+
 def test_unsupported_input_dtype() -> None:
     model = graph_model(
         [helper.make_node("Relu", ["x"], ["y"])],
@@ -388,6 +403,17 @@ def test_external_data_is_loaded_from_beside_the_model(tmp_path: Path) -> None:
     (tmp_path / "weights.bin").unlink()
     with pytest.raises(ModelLoadError, match="external data files that could not be read"):
         from_onnx(path)
+
+
+def test_external_data_of_a_model_proto_must_be_loaded(tmp_path: Path) -> None:
+    model, _ = _matmul_model()
+    path = tmp_path / "model.onnx"
+    onnx.save(
+        model, str(path), save_as_external_data=True, location="weights.bin", size_threshold=0
+    )
+    unloaded = onnx.load(str(path), load_external_data=False)
+    with pytest.raises(ModelLoadError, match=r"initializer 'w' keeps its data in the external"):
+        from_onnx(unloaded)
 
 
 def test_model_local_functions_are_inlined() -> None:

@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 from onnx_models import Declared, onnx_model
 
+from ember.errors import ModelLoadError
 from ember.frontend import from_onnx
 from ember.frontend.onnx.math import BINARY_OPS, UNARY_OPS
 from ember.graph import interpret
@@ -121,6 +122,17 @@ def test_clip_with_runtime_bounds_and_integers() -> None:
     ints = RNG.integers(-100, 100, (5,)).astype(np.int32)
     bounds = {"low": np.array(-7, np.int32), "high": np.array(9, np.int32)}
     _check(node, {"x": ints}, {"y": (TensorProto.INT32, (5,))}, 13, bounds)
+
+
+@pytest.mark.parametrize("low", [np.zeros(0, np.float32), np.array([-1.0, 0.0], np.float32)])
+def test_clip_bound_of_several_values_is_a_model_error(low: np.ndarray) -> None:
+    node = helper.make_node("Clip", ["x", "low"], ["y"], name="clamp")
+    model = onnx_model([node], {"x": _floats(3)}, {"y": (FLOAT, (3,))}, 13, {"low": low})
+    message = (
+        rf"node 'clamp' \(Clip\): the lower bound must be a single value, got .*{low.shape[0]}\]"
+    )
+    with pytest.raises(ModelLoadError, match=message):
+        from_onnx(model)
 
 
 # -- PRelu -----------------------------------------------------------------------------------

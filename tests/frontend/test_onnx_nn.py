@@ -79,6 +79,18 @@ def test_conv_ranks_and_groups(
     check_one_node("Conv", _random(*x_shape), 13, {"w": _random(*w_shape)}, **attributes)
 
 
+def test_conv_of_data_without_spatial_axes_states_the_rank() -> None:
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="n")
+    outputs = {"y": (onnx.TensorProto.FLOAT, None)}
+    model = onnx_model([node], {"x": _random(2, 3)}, outputs, 13, {"w": _random(4, 3)})
+    with pytest.raises(UnsupportedOperatorError) as info:
+        from_onnx(model)
+    assert str(info.value) == (
+        "node 'n' (Conv): input float32[2, 3] has rank 2; Ember supports 1-d, 2-d and "
+        "3-d data (N, C, spatial...: rank 3, 4 or 5)"
+    )
+
+
 def test_conv_graph_is_conv_then_bias_add() -> None:
     x = _random(1, 3, 5, 5)
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])

@@ -274,6 +274,26 @@ def test_constant_of_shape_and_range_fold_to_constants() -> None:
     assert all(n.inputs[0].name in params for n in graph.nodes if n.op == "identity")
 
 
+@pytest.mark.parametrize(("limit", "delta"), [(5.0, 0.0), (0.0, 0.0), (np.inf, 1.0), (np.nan, 1.0)])
+def test_range_that_never_ends_is_a_model_error(limit: float, delta: float) -> None:
+    node = helper.make_node("Range", ["start", "limit", "delta"], ["steps"], name="count")
+    constants = {
+        "start": np.array(0.0, np.float32),
+        "limit": np.array(limit, np.float32),
+        "delta": np.array(delta, np.float32),
+    }
+    model = onnx_model([node], {}, {"steps": (FLOAT, None)}, 13, constants)
+    with pytest.raises(ModelLoadError, match=r"node 'count' \(Range\): .* a finite range"):
+        from_onnx(model)
+
+
+def test_constant_of_shape_with_a_negative_dimension_is_a_shape_error() -> None:
+    node = helper.make_node("ConstantOfShape", ["shape"], ["filled"], name="fill")
+    model = onnx_model([node], {}, {"filled": (FLOAT, None)}, 13, {"shape": _ints(2, -3)})
+    with pytest.raises(ShapeError, match=r"node 'fill' \(ConstantOfShape\): shape \[2, -3\]"):
+        from_onnx(model)
+
+
 # -- folded shape arithmetic -----------------------------------------------------
 
 

@@ -33,6 +33,7 @@ from ember.graph.ops.attrs import (
     InstanceNormAttrs,
     LayerNormAttrs,
     LayoutAttrs,
+    LrnAttrs,
     PadAttrs,
     PoolAttrs,
     ReduceAttrs,
@@ -46,7 +47,6 @@ from ember.graph.ops.attrs import (
     TopKAttrs,
     TransposeAttrs,
 )
-from ember.graph.ops.nn import LrnAttrs
 from ember.graph.ops.sparse import SparseDenseAttrs, bsr_from_dense
 from ember.testing import get_workload, to_onnx
 from ember.testing.oracle import assert_allclose, run_onnxruntime
@@ -212,6 +212,13 @@ def tensor_cases() -> list[Case]:
         Case("depth_to_space", [normal(1, 2, 3, 8)], BlockAttrs(2, "DCR", "NHWC"), label="nhwc"),
         Case("space_to_depth", [normal(1, 2, 4, 6)], BlockAttrs(2)),
         Case("space_to_depth", [normal(1, 4, 6, 2)], BlockAttrs(2, layout="NHWC"), label="nhwc"),
+        Case("space_to_depth", [normal(1, 2, 4, 6)], BlockAttrs(2, "CRD"), label="crd"),
+        Case(
+            "space_to_depth",
+            [normal(1, 4, 6, 2)],
+            BlockAttrs(2, "CRD", "NHWC"),
+            label="crd_nhwc",
+        ),
     ]
 
 

@@ -238,6 +238,8 @@ def test_float16_workload() -> None:
         ({"name": "resnet3d-18", "layout": "NWC"}, "use one of NCDHW, NDHWC, NCHW, NHWC"),
         ({"name": "mlp", "dtype": "int8"}, "dtype 'int8' is not supported"),
         ({"name": "mlp", "batch_size": 0}, "batch_size must be a positive integer"),
+        ({"name": "mlp", "num_classes": -1}, "num_classes must be a positive integer, got -1"),
+        ({"name": "mlp", "num_classes": 2.5}, "num_classes must be a positive integer, got 2.5"),
         ({"name": "resnet-18", "image_shape": (224, 224)}, "must be 3 positive integers"),
         ({"name": "squeezenet_v1.1", "image_shape": (3, 8, 8)}, "cannot take images of shape"),
         ({"name": "inception_v3", "image_shape": (3, 64, 64)}, "use a larger image_shape"),

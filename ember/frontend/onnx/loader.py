@@ -20,9 +20,10 @@ import importlib
 import os
 import warnings
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 import numpy as np
 import onnx
@@ -298,6 +299,11 @@ def _import_values(
     env: dict[str, Value | _NotProduced] = {}
     for tensor in graph.initializer:
         env[tensor.name] = builder.param(tensor.name, tensor_to_array(tensor, "initializer"))
+    if not isinstance(shapes, Mapping):
+        raise ShapeError(
+            f"shapes= must map input names to shapes, e.g. {{'input': (1, 3, 224, 224)}}; "
+            f"got a {type(shapes).__name__}"
+        )
     real_inputs = [value for value in graph.input if value.name not in env]
     known = {value.name for value in real_inputs}
     unknown = [name for name in shapes if name not in known]
@@ -316,6 +322,16 @@ def _import_values(
 def tensor_to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
     """A TensorProto as a NumPy array of an Ember dtype."""
     dtype = dtype_from_onnx(tensor.data_type, f"{what} {tensor.name!r}")
+    if onnx.external_data_helper.uses_external_data(tensor):
+        # Only a ModelProto loaded without its external data gets here (a path has them
+        # loaded by `read_model`); to_array would look for the file in the working
+        # directory, whichever that is.
+        location = {entry.key: entry.value for entry in tensor.external_data}.get("location")
+        raise ModelLoadError(
+            f"{what} {tensor.name!r} keeps its data in the external file {location!r}, "
+            "which was not loaded; pass the model's path instead of a ModelProto, or load "
+            "it with onnx.load(path) (which reads external data)"
+        )
     try:
         array = onnx.numpy_helper.to_array(tensor)
     except (ValueError, TypeError, OSError) as error:
@@ -323,9 +339,7 @@ def tensor_to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
     return np.asarray(array, dtype=dtype)
 
 
-def _input_type(
-    value: onnx.ValueInfoProto, override: Sequence[int] | None
-) -> tuple[str, tuple[int, ...]]:
+def _input_type(value: onnx.ValueInfoProto, override: object) -> tuple[str, tuple[int, ...]]:
     kind = value.type.WhichOneof("value")
     if kind != "tensor_type":
         raise UnsupportedOperatorError(
@@ -368,12 +382,19 @@ def _format_dims(dims: Sequence[int | str]) -> str:
 
 
 def _checked_override(
-    name: str, model_dims: list[int | str] | None, override: Sequence[int]
+    name: str, model_dims: list[int | str] | None, override: object
 ) -> tuple[int, ...]:
-    given = tuple(override)
+    given = _override_dims(override)
+    if given is None:
+        raise ShapeError(
+            f"shape override for input {name!r} is {override!r}, not a sequence of "
+            f"dimensions; give one non-negative integer per axis, e.g. "
+            f"shapes={{'{name}': (1, 3, 224, 224)}}"
+        )
     model_text = _format_dims(model_dims) if model_dims is not None else "unknown"
+    dims = [d for d in given if _is_dimension(d)]
     problem = ""
-    if not all(isinstance(d, int | np.integer) and d >= 0 for d in given):
+    if len(dims) != len(given):
         problem = "dimensions must be non-negative integers"
     elif model_dims is not None and len(model_dims) != len(given):
         problem = f"the model's input has rank {len(model_dims)}, the given shape {len(given)}"
@@ -390,7 +411,25 @@ def _checked_override(
             f"shape override for input {name!r} is {list(given)} but the model's shape is "
             f"{model_text}: {problem}"
         )
-    return tuple(int(d) for d in given)
+    return tuple(int(d) for d in dims)
+
+
+def _override_dims(override: object) -> tuple[object, ...] | None:
+    """The entries of a `shapes=` value, or None if it is not a sequence (a string
+    is not one here, though Python would iterate over its characters)."""
+    if isinstance(override, str | bytes | Mapping) or not isinstance(override, Iterable):
+        return None
+    try:
+        return tuple(override)
+    except TypeError:  # a 0-d NumPy array is iterable in type only
+        return None
+
+
+def _is_dimension(value: object) -> TypeGuard[int | np.integer]:
+    # bool is an int subclass, but True is no way to write a dimension.
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        return False
+    return bool(value >= 0)
 
 
 # -- converting nodes -----------------------------------------------------------------

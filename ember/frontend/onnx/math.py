@@ -18,6 +18,7 @@ from ember.frontend.onnx.registry import (
     OnnxNode,
     converter,
     dtype_from_onnx,
+    single_value,
 )
 from ember.graph.ir import FLOAT_DTYPES, Attrs, Value
 from ember.graph.ops.attrs import (
@@ -171,7 +172,10 @@ def convert_clip(ctx: ConversionContext, node: OnnxNode) -> Sequence[Value | Non
     if x.dtype in FLOAT_DTYPES and all(
         bound is None or array is not None for bound, array in zip(bounds, arrays, strict=True)
     ):
-        low, high = (None if a is None else float(a.reshape(-1)[0]) for a in arrays)
+        low, high = (
+            None if a is None else float(single_value(node, a, f"the {which} bound"))
+            for a, which in zip(arrays, ("lower", "upper"), strict=True)
+        )
         return [_clip_constant(ctx, node, x, low, high)]
     # Integer bounds stay exact, and run-time bounds stay inputs, as max/min ops.
     result = x
@@ -255,7 +259,7 @@ def convert_dropout(ctx: ConversionContext, node: OnnxNode) -> Sequence[Value | 
     x = node.input(0)
     if ctx.opset >= 12 and _dropout_training(ctx, node):
         ratio = ctx.constant(node.optional_input(1))
-        if ratio is None or float(ratio.reshape(-1)[0]) != 0.0:
+        if ratio is None or float(single_value(node, ratio, "ratio")) != 0.0:
             raise UnsupportedOperatorError(
                 f"node {node.name!r} (Dropout) runs in training mode, which is random; "
                 "Ember compiles inference graphs (export the model in eval mode)"
@@ -278,7 +282,7 @@ def _dropout_training(ctx: ConversionContext, node: OnnxNode) -> bool:
             f"node {node.name!r} (Dropout): training_mode must be a constant; Ember "
             "compiles inference graphs"
         )
-    return bool(array.reshape(-1)[0])
+    return bool(single_value(node, array, "training_mode"))
 
 
 # Constant's value attributes: name -> how to make the array.

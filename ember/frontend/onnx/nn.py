@@ -34,12 +34,12 @@ from ember.graph.ops.attrs import (
     InstanceNormAttrs,
     LayerNormAttrs,
     LayoutAttrs,
+    LrnAttrs,
     PoolAttrs,
     ReduceAttrs,
     TransposeAttrs,
 )
 from ember.graph.ops.layout import channels_first, kernel_out_in_first
-from ember.graph.ops.nn import LrnAttrs
 from ember.graph.ops.window import dilated_extent
 
 # -- shared helpers -------------------------------------------------------------------
@@ -50,8 +50,8 @@ def _spatial_rank(node: OnnxNode, data: Value) -> int:
     rank = data.type.ndim - 2
     if rank not in (1, 2, 3):
         raise UnsupportedOperatorError(
-            f"{node.where}: input {data.type} has {rank} spatial axes; Ember supports "
-            "1-d, 2-d and 3-d data (N, C, spatial...)"
+            f"{node.where}: input {data.type} has rank {data.type.ndim}; Ember supports "
+            "1-d, 2-d and 3-d data (N, C, spatial...: rank 3, 4 or 5)"
         )
     return rank
 

@@ -114,6 +114,17 @@ def dtype_from_onnx(elem_type: int, where: str) -> str:
     return name
 
 
+def single_value(node: OnnxNode, array: np.ndarray, what: str) -> np.ndarray:
+    """`array` as a 0-d array, checking that it holds exactly one value (ONNX scalars
+    are rank 0, but exporters also write them as one-element vectors)."""
+    if array.size != 1:
+        raise ModelLoadError(
+            f"{node.where}: {what} must be a single value, got an array of shape "
+            f"{list(array.shape)}"
+        )
+    return array.reshape(())
+
+
 def int_list(value: object) -> list[int]:
     """An ints attribute or a constant array as a list of Python ints."""
     return [int(v) for v in np.asarray(value).reshape(-1)]

@@ -13,7 +13,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from ember.errors import ModelLoadError, ShapeError, UnsupportedOperatorError
-from ember.frontend.onnx.registry import ConversionContext, OnnxNode, converter, int_list
+from ember.frontend.onnx.registry import (
+    ConversionContext,
+    OnnxNode,
+    converter,
+    int_list,
+    single_value,
+)
 from ember.graph.ir import Value
 from ember.graph.ops.attrs import (
     AxisAttrs,
@@ -154,15 +160,28 @@ def convert_size(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
 @converter("ConstantOfShape")
 def convert_constant_of_shape(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     shape = int_list(ctx.require_constant(node, 0, "shape"))
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"{node.where}: shape {shape} has a negative dimension")
     fill = np.asarray(node.attr("value", np.zeros(1, dtype=np.float32)))
-    return [ctx.builder.constant(np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype))]
+    fill = single_value(node, fill, "the fill value")
+    return [ctx.builder.constant(np.full(shape, fill, dtype=fill.dtype))]
 
 
 @converter("Range")
 def convert_range(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
-    start, limit, delta = (ctx.require_constant(node, i, "range bound") for i in range(3))
+    start, limit, delta = (
+        single_value(node, ctx.require_constant(node, i, what), what)
+        for i, what in enumerate(("start", "limit", "delta"))
+    )
     # ONNX defines the length as ceil((limit - start) / delta), clamped at 0.
-    count = max(math.ceil((limit.item() - start.item()) / delta.item()), 0)
+    with np.errstate(all="ignore"):
+        length = np.float64(limit.item() - start.item()) / np.float64(delta.item())
+    if not np.isfinite(length):
+        raise ModelLoadError(
+            f"{node.where}: start {start.item()}, limit {limit.item()} and delta "
+            f"{delta.item()} do not make a finite range"
+        )
+    count = max(math.ceil(length), 0)
     values = start.item() + delta.item() * np.arange(count)
     return [ctx.builder.constant(values.astype(start.dtype))]
 

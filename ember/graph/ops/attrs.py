@@ -133,6 +133,17 @@ class LayerNormAttrs(Attrs):
 
 
 @dataclass(frozen=True, slots=True)
+class LrnAttrs(Attrs):
+    """Local response normalisation across channels (axis 1), ONNX's LRN:
+    x / (bias + alpha / size * sum of x^2 over `size` neighbouring channels) ** beta."""
+
+    size: int
+    alpha: float = 0.0001
+    beta: float = 0.75
+    bias: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class ResizeAttrs(Attrs):
     """Resize to the static output shape `sizes` (all axes).
 

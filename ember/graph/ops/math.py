@@ -105,9 +105,13 @@ def _clip(x: np.ndarray, attrs: ClipAttrs) -> np.ndarray:
 
 
 def _int_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    # ONNX (like C) truncates integer division toward zero; NumPy floors.
+    # ONNX (like C) truncates integer division toward zero; NumPy floors. Dividing in
+    # floating point would round int64 beyond 2**53 (and all of uint64's top range), so
+    # take C's remainder off first: what is left divides exactly, where floor and
+    # truncation agree.
     if np.issubdtype(a.dtype, np.integer):
-        return np.trunc(np.true_divide(a, b)).astype(a.dtype)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.floor_divide(a - np.fmod(a, b), b)
     return np.divide(a, b)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,7 +19,13 @@ import ember.graph.ops.pool
 import ember.graph.ops.resize  # noqa: F401
 from ember.errors import ShapeError
 from ember.graph.ir import FLOAT_DTYPES, Attrs, NoAttrs, TensorType
-from ember.graph.ops.attrs import AxisAttrs, BatchNormAttrs, InstanceNormAttrs, LayerNormAttrs
+from ember.graph.ops.attrs import (
+    AxisAttrs,
+    BatchNormAttrs,
+    InstanceNormAttrs,
+    LayerNormAttrs,
+    LrnAttrs,
+)
 from ember.graph.ops.conv import accumulation_dtype
 from ember.graph.ops.layout import parse_data_layout
 from ember.graph.ops.math import broadcast_shapes
@@ -32,17 +37,6 @@ from ember.graph.ops.registry import (
     ReferenceFn,
     register_op,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class LrnAttrs(Attrs):
-    """Local response normalisation across channels (axis 1), ONNX's LRN:
-    x / (bias + alpha / size * sum of x^2 over `size` neighbouring channels) ** beta."""
-
-    size: int
-    alpha: float = 0.0001
-    beta: float = 0.75
-    bias: float = 1.0
 
 
 def _check_same_float(op: str, *types: TensorType) -> None:
@@ -258,8 +252,9 @@ def _softmax_infer(inputs: Sequence[TensorType], attrs: AxisAttrs) -> tuple[Tens
 
 def _shifted(x: np.ndarray, axis: int) -> np.ndarray:
     # Subtracting the maximum keeps exp from overflowing; it cancels out of the result.
+    # The initial value lets an empty tensor through (its result is empty too).
     wide = x.astype(np.float64)
-    return wide - wide.max(axis=axis, keepdims=True)
+    return wide - wide.max(axis=axis, keepdims=True, initial=-np.inf)
 
 
 def _softmax_reference(inputs: Sequence[np.ndarray], attrs: AxisAttrs) -> tuple[np.ndarray, ...]:
@@ -271,7 +266,8 @@ def _log_softmax_reference(
     inputs: Sequence[np.ndarray], attrs: AxisAttrs
 ) -> tuple[np.ndarray, ...]:
     shifted = _shifted(inputs[0], attrs.axis)
-    log_sum = np.log(np.exp(shifted).sum(axis=attrs.axis, keepdims=True))
+    with np.errstate(divide="ignore"):  # log(0) of an empty axis: never in the result
+        log_sum = np.log(np.exp(shifted).sum(axis=attrs.axis, keepdims=True))
     return ((shifted - log_sum).astype(inputs[0].dtype),)
 
 
@@ -334,4 +330,5 @@ def _register_all() -> None:
 
 _register_all()
 
+# LrnAttrs used to live here; other modules still import it from this one.
 __all__ = ["LrnAttrs"]

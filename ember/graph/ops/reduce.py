@@ -67,7 +67,8 @@ def _log_sum_exp(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.nda
 Reducer = Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]
 
 # name -> reference of (input, axes, keepdims); the input is cast by `_accumulator`
-# first except for max and min, which are exact in any dtype.
+# first except for max and min, which are exact in any dtype, and log_sum_exp, whose
+# exponentials need floating point whatever the input's dtype.
 REDUCERS: dict[str, Reducer] = {
     "reduce_sum": lambda x, axes, keep: np.sum(_accumulator(x), axis=axes, keepdims=keep),
     "reduce_mean": lambda x, axes, keep: np.mean(_accumulator(x), axis=axes, keepdims=keep),
@@ -85,7 +86,7 @@ REDUCERS: dict[str, Reducer] = {
     "reduce_l2": lambda x, axes, keep: np.sqrt(
         np.sum(np.square(_accumulator(x)), axis=axes, keepdims=keep)
     ),
-    "reduce_log_sum_exp": lambda x, axes, keep: _log_sum_exp(_accumulator(x), axes, keep),
+    "reduce_log_sum_exp": lambda x, axes, keep: _log_sum_exp(x.astype(np.float64), axes, keep),
 }
 
 

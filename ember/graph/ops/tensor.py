@@ -322,7 +322,7 @@ def _tile_reference(xs: Sequence[np.ndarray], attrs: TileAttrs) -> tuple[np.ndar
 # -- depth_to_space and space_to_depth -------------------------------------------
 # Both are a reshape to rank 6, a transpose and a reshape back to rank 4. The tables
 # below give the transpose for each (layout, mode); the rank-6 shapes are spelled out
-# in `_block_plan`, so the data movement can be read off directly.
+# in `block_plan`, so the data movement can be read off directly.
 
 _DEPTH_TO_SPACE_PERMS = {
     ("NCHW", "DCR"): (0, 3, 4, 1, 5, 2),  # (n, b, b, c, h, w) -> (n, c, h, b, w, b)
@@ -354,7 +354,7 @@ def _block_dims(op: str, data: TensorType, attrs: BlockAttrs) -> tuple[int, int,
     return n, c, h, w
 
 
-def _block_plan(
+def block_plan(
     op: str, data: TensorType, attrs: BlockAttrs
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(rank-6 shape, transpose perm, output shape) of a block op."""
@@ -380,7 +380,7 @@ def _block_plan(
 
 def _block_infer(op: str) -> InferFn:
     def infer(inputs: Sequence[TensorType], attrs: BlockAttrs) -> tuple[TensorType, ...]:
-        _, _, out_shape = _block_plan(op, inputs[0], attrs)
+        _, _, out_shape = block_plan(op, inputs[0], attrs)
         return (TensorType(out_shape, inputs[0].dtype),)
 
     return infer
@@ -389,7 +389,7 @@ def _block_infer(op: str) -> InferFn:
 def _block_reference(op: str) -> ReferenceFn:
     def reference(xs: Sequence[np.ndarray], attrs: BlockAttrs) -> tuple[np.ndarray, ...]:
         data = xs[0]
-        shape6, perm, out_shape = _block_plan(op, TensorType.of(data), attrs)
+        shape6, perm, out_shape = block_plan(op, TensorType.of(data), attrs)
         return (data.reshape(shape6).transpose(perm).reshape(out_shape),)
 
     return reference
@@ -511,4 +511,4 @@ def _register_all() -> None:
 
 _register_all()
 
-__all__ = ["check_axis"]
+__all__ = ["block_plan", "check_axis"]

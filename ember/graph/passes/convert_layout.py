@@ -10,7 +10,8 @@ where the logical layout matters.
 
 Every value of the original graph is *placed* in the new graph: a new value plus a
 permutation `perm` with `new == numpy.transpose(old, perm)`. An identity `perm` means
-"same layout as before". Each node is rewritten by the first rule that applies:
+"same layout as before" (`layout_placement.py` keeps the placements). Each node is
+rewritten by the first rule that applies:
 
 | op                                    | rule                                           |
 | ------------------------------------- | ---------------------------------------------- |
@@ -49,12 +50,11 @@ way: channels-last spatial ops become channels-first.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ember.errors import ShapeError
 from ember.graph.ir import (
     Attrs,
     Graph,
@@ -77,32 +77,20 @@ from ember.graph.ops.attrs import (
     GeluAttrs,
     HardSigmoidAttrs,
     ReduceAttrs,
-    ReshapeAttrs,
     SeluAttrs,
     TransposeAttrs,
 )
-from ember.graph.ops.layout import SPATIAL_LETTERS, channels_first, channels_last
 from ember.graph.ops.reduce import reduced_axes
-from ember.graph.passes.rewrite import NameSupply, defined_by_nodes, make_node
-
-Perm = tuple[int, ...]
-
-CHANNELS_LAST_NAMES = ("NWC", "NHWC", "NDHWC")
-CHANNELS_FIRST_NAMES = ("NCW", "NCHW", "NCDHW")
-
-# Ops whose `layout` attr names their data layout; all data is input 0.
-SPATIAL_OPS = frozenset(
-    {
-        "conv",
-        "max_pool",
-        "avg_pool",
-        "global_avg_pool",
-        "global_max_pool",
-        "instance_norm",
-        "depth_to_space",
-        "space_to_depth",
-    }
+from ember.graph.passes.layout_placement import (
+    SPATIAL_OPS,
+    Direction,
+    LayoutRewriter,
+    Perm,
+    direction_for,
+    identity,
+    permute,
 )
+from ember.graph.passes.rewrite import defined_by_nodes, keeps_element_order, make_node
 
 # Elementwise and broadcast ops with these attrs types have no axis-dependent attrs, so
 # they compute the same thing in any layout.
@@ -117,188 +105,12 @@ _AXIS_FREE_ATTRS = (
 )
 
 
-def identity(rank: int) -> Perm:
-    return tuple(range(rank))
-
-
-def permute(values: Sequence[Any], perm: Perm) -> tuple[Any, ...]:
-    """`values` re-ordered like the axes of `numpy.transpose(x, perm)`."""
-    return tuple(values[axis] for axis in perm)
-
-
-@dataclass(frozen=True, slots=True)
-class _Direction:
-    """Which layout the pass converts from and to, per tensor rank (3, 4 or 5)."""
-
-    to_channels_last: bool
-
-    def _layout(self, rank: int, channels_last_wanted: bool) -> str | None:
-        spatial_rank = rank - 2
-        if spatial_rank not in SPATIAL_LETTERS:
-            return None
-        return channels_last(spatial_rank) if channels_last_wanted else channels_first(spatial_rank)
-
-    def source(self, rank: int) -> str | None:
-        return self._layout(rank, not self.to_channels_last)
-
-    def target(self, rank: int) -> str | None:
-        return self._layout(rank, self.to_channels_last)
-
-    def data_perm(self, rank: int) -> Perm | None:
-        source, target = self.source(rank), self.target(rank)
-        if source is None or target is None:
-            return None
-        return tuple(source.index(axis) for axis in target)
-
-    def kernel_layout(self, rank: int) -> str:
-        letters = SPATIAL_LETTERS[rank - 2]
-        return letters + "IO" if self.to_channels_last else "OI" + letters
-
-    def label(self, perm: Perm) -> str:
-        """How a value placed with `perm` is named: its layout's letters, lower case."""
-        source = self.source(len(perm))
-        if source is None:
-            return "t" + "".join(str(axis) for axis in perm)
-        return "".join(source[axis] for axis in perm).lower()
-
-    def converts(self, node: Node) -> bool:
-        """Whether `node` is a spatial op in the source layout (one this pass rewrites)."""
-        rank = node.inputs[0].type.ndim if node.inputs else 0
-        source = self.source(rank)
-        if source is None:
-            return False
-        if node.op in SPATIAL_OPS:
-            return getattr(node.attrs, "layout", None) == source
-        if node.op == "batch_norm" and isinstance(node.attrs, BatchNormAttrs):
-            return node.attrs.axis == source.index("C")
-        return False
-
-
-def _direction_for(layout: str) -> _Direction:
-    if layout in CHANNELS_LAST_NAMES:
-        return _Direction(to_channels_last=True)
-    if layout in CHANNELS_FIRST_NAMES:
-        return _Direction(to_channels_last=False)
-    raise ShapeError(
-        f"convert_layout: unknown target layout {layout!r}; use a channels-last layout "
-        f"({', '.join(CHANNELS_LAST_NAMES)}) or a channels-first one "
-        f"({', '.join(CHANNELS_FIRST_NAMES)})"
-    )
-
-
-class _LayoutRewriter:
-    """The state of one convert_layout run: placements, new nodes, new params."""
-
-    def __init__(self, graph: Graph, params: Mapping[str, np.ndarray], direction: _Direction):
-        self.direction = direction
-        self.names = NameSupply(graph)
-        self.arrays: Params = dict(params)
-        self.original_params = {value.name for value in graph.params}
-        self.param_values: list[Value] = list(graph.params)
-        self.nodes: list[Node] = []
-        self.placements: dict[str, tuple[Value, Perm]] = {
-            value.name: (value, identity(value.type.ndim)) for value in graph.params
-        }
-        # (original value name, perm) -> the value holding it in that layout.
-        self.variants: dict[tuple[str, Perm], Value] = {}
-        # New transpose outputs -> (their input, their perm), for composing transposes.
-        self.transposed_from: dict[str, tuple[Value, Perm]] = {}
-
-    # -- placements ----------------------------------------------------------------
-
-    def place(self, old: Value, new: Value, perm: Perm) -> None:
-        self.placements[old.name] = (new, perm)
-
-    def perm_of(self, value: Value) -> Perm:
-        return self.placements[value.name][1]
-
-    def is_param(self, value: Value) -> bool:
-        return value.name in self.original_params
-
-    def followed_perm(self, values: Sequence[Value], rank: int) -> Perm | None:
-        """The placement of the first rank-`rank` value that is permuted, if any."""
-        for value in values:
-            perm = self.perm_of(value)
-            if value.type.ndim == rank and perm != identity(rank):
-                return perm
-        return None
-
-    def in_layout(self, value: Value, perm: Perm, label: str | None = None) -> Value:
-        """`value` (of the original graph) as `numpy.transpose(value, perm)` in the new
-        graph: a permuted param array, a cached or new transpose, or the value itself."""
-        current, current_perm = self.placements[value.name]
-        if current_perm == perm:
-            return current
-        key = (value.name, perm)
-        if key not in self.variants:
-            name = f"{value.name}_{label or self.direction.label(perm)}"
-            if self.is_param(value):
-                array = np.ascontiguousarray(np.transpose(self.arrays[value.name], perm))
-                self.variants[key] = self.new_param(name, array)
-            else:
-                relative = tuple(current_perm.index(axis) for axis in perm)
-                self.variants[key] = self.transpose(current, relative, name)
-        return self.variants[key]
-
-    # -- emitting ------------------------------------------------------------------
-
-    def new_param(self, hint: str, array: np.ndarray) -> Value:
-        value = Value(self.names.fresh(hint), TensorType.of(array))
-        self.arrays[value.name] = array
-        self.param_values.append(value)
-        return value
-
-    def emit(
-        self,
-        op: str,
-        inputs: Sequence[Value],
-        attrs: Attrs,
-        name: str,
-        output_names: Sequence[str] | None = None,
-    ) -> tuple[Value, ...]:
-        node = make_node(op, inputs, attrs, name=name, output_names=output_names)
-        self.nodes.append(node)
-        if op == "transpose" and isinstance(attrs, TransposeAttrs):
-            self.transposed_from[node.output.name] = (inputs[0], attrs.perm)
-        return node.outputs
-
-    def transpose(self, value: Value, perm: Perm, hint: str) -> Value:
-        """`numpy.transpose(value, perm)` of a new-graph value, folded into the
-        transpose that produced `value` if there is one."""
-        source, applied = self.transposed_from.get(value.name, (value, identity(len(perm))))
-        combined = permute(applied, perm)
-        if combined == identity(len(perm)):
-            return source
-        name = self.names.fresh(hint)
-        (result,) = self.emit("transpose", [source], TransposeAttrs(combined), name)
-        return result
-
-    def reshape(self, value: Value, shape: tuple[int, ...], hint: str) -> Value:
-        (result,) = self.emit("reshape", [value], ReshapeAttrs(shape), self.names.fresh(hint))
-        return result
-
-    def emit_like(
-        self, node: Node, inputs: Sequence[Value], attrs: Attrs, perms: Sequence[Perm]
-    ) -> None:
-        """Re-emit `node` (same name, same output names) and place its outputs."""
-        names = [value.name for value in node.outputs]
-        outputs = self.emit(node.op, inputs, attrs, node.name, names)
-        for old, new, perm in zip(node.outputs, outputs, perms, strict=True):
-            self.place(old, new, perm)
-
-    def emit_border(self, node: Node) -> None:
-        """`node` as it was, reading every input in its original layout."""
-        inputs = [self.in_layout(value, identity(value.type.ndim)) for value in node.inputs]
-        perms = [identity(value.type.ndim) for value in node.outputs]
-        self.emit_like(node, inputs, node.attrs, perms)
-
-
 # -- rules: each rewrites one node and returns True, or returns False to decline ---------
 
-Rule = Callable[[_LayoutRewriter, Node], bool]
+Rule = Callable[[LayoutRewriter, Node], bool]
 
 
-def _convert_spatial(rewriter: _LayoutRewriter, node: Node) -> bool:
+def _convert_spatial(rewriter: LayoutRewriter, node: Node) -> bool:
     """conv, pools, instance_norm, depth/space blocks in the source layout."""
     direction = rewriter.direction
     if not direction.converts(node):
@@ -322,7 +134,7 @@ def _convert_spatial(rewriter: _LayoutRewriter, node: Node) -> bool:
     return True
 
 
-def _convert_batch_norm(rewriter: _LayoutRewriter, node: Node) -> bool:
+def _convert_batch_norm(rewriter: LayoutRewriter, node: Node) -> bool:
     direction = rewriter.direction
     if not direction.converts(node) or not isinstance(node.attrs, BatchNormAttrs):
         return False
@@ -336,7 +148,7 @@ def _convert_batch_norm(rewriter: _LayoutRewriter, node: Node) -> bool:
     return True
 
 
-def _follow_elementwise(rewriter: _LayoutRewriter, node: Node) -> bool:
+def _follow_elementwise(rewriter: LayoutRewriter, node: Node) -> bool:
     """Elementwise and broadcast ops follow their first permuted full-rank input."""
     if not isinstance(node.attrs, _AXIS_FREE_ATTRS) or len(node.outputs) != 1:
         return False
@@ -348,7 +160,7 @@ def _follow_elementwise(rewriter: _LayoutRewriter, node: Node) -> bool:
     return True
 
 
-def _broadcast_operand(rewriter: _LayoutRewriter, value: Value, perm: Perm) -> Value:
+def _broadcast_operand(rewriter: LayoutRewriter, value: Value, perm: Perm) -> Value:
     """A broadcast operand of an op computing in layout `perm`: full-rank operands are
     transposed; lower-rank ones are padded with leading 1s (as broadcasting does),
     permuted, and stripped of the leading 1s again, down to their own rank."""
@@ -360,7 +172,7 @@ def _broadcast_operand(rewriter: _LayoutRewriter, value: Value, perm: Perm) -> V
     leading_ones = next((i for i, size in enumerate(moved) if size != 1), rank)
     shape = moved[min(leading_ones, rank - own_rank) :]
     # Moving only axes of length 1 leaves the elements in order: a reshape suffices.
-    in_order = _keeps_element_order(padded, perm)
+    in_order = keeps_element_order(padded, perm)
     key = (value.name, perm)
     if in_order and shape == value.type.shape:
         return rewriter.in_layout(value, identity(own_rank))
@@ -423,7 +235,7 @@ AXIS_REMAPS: dict[str, Callable[[Any, Perm], Attrs]] = {
 }
 
 
-def _follow_with_axes(rewriter: _LayoutRewriter, node: Node) -> bool:
+def _follow_with_axes(rewriter: LayoutRewriter, node: Node) -> bool:
     """Same-rank data-movement and axis ops: remap the axis attrs and follow."""
     rank = node.inputs[0].type.ndim
     if any(value.type.ndim != rank for value in (*node.inputs, *node.outputs)):
@@ -437,7 +249,7 @@ def _follow_with_axes(rewriter: _LayoutRewriter, node: Node) -> bool:
     return True
 
 
-def _follow_reduction(rewriter: _LayoutRewriter, node: Node) -> bool:
+def _follow_reduction(rewriter: LayoutRewriter, node: Node) -> bool:
     """reduce_* and argmax/argmin: axes remapped; without keepdims the placement of the
     output is the input's with the reduced axes taken out."""
     data = node.inputs[0]
@@ -460,7 +272,7 @@ def _follow_reduction(rewriter: _LayoutRewriter, node: Node) -> bool:
     return True
 
 
-def _follow_transpose(rewriter: _LayoutRewriter, node: Node) -> bool:
+def _follow_transpose(rewriter: LayoutRewriter, node: Node) -> bool:
     """A transpose of a permuted value needs no node: its output is the same physical
     tensor, placed with the permutation that relates the two logical layouts."""
     data = node.inputs[0]
@@ -473,23 +285,16 @@ def _follow_transpose(rewriter: _LayoutRewriter, node: Node) -> bool:
     return True
 
 
-def _follow_reshape(rewriter: _LayoutRewriter, node: Node) -> bool:
+def _follow_reshape(rewriter: LayoutRewriter, node: Node) -> bool:
     """A reshape reads its input in row-major order. When the placement moves only
     axes of length 1 (a global pool's [N,1,1,C] for [N,C,1,1]) that order is the same
     in both layouts, so the reshape reads the permuted value directly."""
     data = node.inputs[0]
     current, perm = rewriter.placements[data.name]
-    if not _keeps_element_order(data.type.shape, perm) or perm == identity(len(perm)):
+    if not keeps_element_order(data.type.shape, perm) or perm == identity(len(perm)):
         return False
     rewriter.emit_like(node, [current], node.attrs, [identity(node.output.type.ndim)])
     return True
-
-
-def _keeps_element_order(shape: Sequence[int], perm: Perm) -> bool:
-    """Whether `numpy.transpose(x, perm)` of a `shape` array lists its elements in the
-    same row-major order as `x` (only axes of length 1 move)."""
-    moved = [axis for axis in perm if shape[axis] != 1]
-    return moved == sorted(moved)
 
 
 RULES: dict[str, Rule] = {
@@ -527,8 +332,8 @@ def convert_layout(
     `layout` is "NHWC" (channels-last; "NWC" and "NDHWC" mean the same) or "NCHW"
     (channels-first). With `convert_inputs=True` the graph's inputs and outputs take
     the new layout too, instead of being transposed at the borders."""
-    direction = _direction_for(layout)
-    rewriter = _LayoutRewriter(graph, params, direction)
+    direction = direction_for(layout)
+    rewriter = LayoutRewriter(graph, params, direction)
     converted_inputs = _inputs_to_convert(graph, direction) if convert_inputs else set()
     inputs = tuple(
         _place_input(rewriter, value, value.name in converted_inputs) for value in graph.inputs
@@ -549,7 +354,7 @@ def convert_layout(
     return prune_params(remove_dead_nodes(result), rewriter.arrays)
 
 
-def _inputs_to_convert(graph: Graph, direction: _Direction) -> set[str]:
+def _inputs_to_convert(graph: Graph, direction: Direction) -> set[str]:
     """Graph inputs that some converted spatial op reads as its data."""
     return {
         node.inputs[0].name
@@ -558,7 +363,7 @@ def _inputs_to_convert(graph: Graph, direction: _Direction) -> set[str]:
     }
 
 
-def _place_input(rewriter: _LayoutRewriter, value: Value, convert: bool) -> Value:
+def _place_input(rewriter: LayoutRewriter, value: Value, convert: bool) -> Value:
     rank = value.type.ndim
     perm = rewriter.direction.data_perm(rank) if convert else None
     if perm is None:
@@ -569,14 +374,14 @@ def _place_input(rewriter: _LayoutRewriter, value: Value, convert: bool) -> Valu
     return new
 
 
-def _output_value(rewriter: _LayoutRewriter, value: Value, keep_converted: bool) -> Value:
+def _output_value(rewriter: LayoutRewriter, value: Value, keep_converted: bool) -> Value:
     current, perm = rewriter.placements[value.name]
     if keep_converted and perm == rewriter.direction.data_perm(value.type.ndim):
         return current
     return rewriter.in_layout(value, identity(value.type.ndim))
 
 
-def _restore_output_names(graph: Graph, wanted: Sequence[str], rewriter: _LayoutRewriter) -> Graph:
+def _restore_output_names(graph: Graph, wanted: Sequence[str], rewriter: LayoutRewriter) -> Graph:
     """Give output i its original name `wanted[i]` (users fetch outputs by name). A
     value holding that name inside the graph (say, the channels-last result before the
     transpose back) is renamed after its layout; an output value that cannot take the

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.errors import GraphError
-from ember.graph.ir import Graph, Node, Params, TensorType, Value, prune_params
+from ember.graph.ir import Graph, NameSupply, Node, Params, TensorType, Value, prune_params
 from ember.graph.ops.attrs import BatchNormAttrs, ConvAttrs
-from ember.graph.passes.rewrite import NameSupply, make_node
+from ember.graph.passes.rewrite import make_node
 
 
 def _conv_channel_axes(node: Node) -> tuple[int, int]:
@@ -70,7 +70,7 @@ def fold_batch_norm(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Gra
     folds = _plan_folds(graph, arrays)
     by_anchor = {fold.anchor.output.name: fold for fold in folds.values()}
     bias_adds = {fold.bias_add.output.name for fold in folds.values() if fold.bias_add}
-    emitter = _Emitter(NameSupply(graph), arrays, list(graph.params))
+    emitter = _Emitter(NameSupply.for_graph(graph), arrays, list(graph.params))
     nodes: list[Node] = []
     for node in graph.nodes:
         # Nodes of interest have one output; its name identifies them.

@@ -1,34 +1,16 @@
 """Small helpers the graph passes share for building rewritten graphs.
 
-Passes never mutate a graph: they assemble new node tuples. These helpers make fresh
-names that cannot collide with the graph's, build nodes with inferred output types,
-and rename values throughout a graph.
+Passes never mutate a graph: they assemble new node tuples. These helpers build nodes
+with inferred output types and answer small questions about values and permutations;
+fresh names come from `NameSupply.for_graph(graph)` (in `ember.graph.ir`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
-from ember.graph.ir import Attrs, Graph, NoAttrs, Node, Value
+from ember.graph.ir import Attrs, NoAttrs, Node, Value
 from ember.graph.ops import infer_types
-
-
-class NameSupply:
-    """Hands out value and node names not used anywhere in a graph (nor handed out)."""
-
-    def __init__(self, graph: Graph) -> None:
-        self._taken = {value.name for value in graph.values()}
-        self._taken |= {node.name for node in graph.nodes}
-
-    def fresh(self, hint: str) -> str:
-        base = re.sub(r"[^A-Za-z0-9_.:/-]", "_", hint) or "v"
-        name, counter = base, 0
-        while name in self._taken:
-            counter += 1
-            name = f"{base}_{counter}"
-        self._taken.add(name)
-        return name
 
 
 def make_node(
@@ -54,3 +36,10 @@ def make_node(
 def defined_by_nodes(nodes: Iterable[Node]) -> set[str]:
     """Names of the values that `nodes` produce."""
     return {value.name for node in nodes for value in node.outputs}
+
+
+def keeps_element_order(shape: Sequence[int], perm: Sequence[int]) -> bool:
+    """Whether `numpy.transpose(x, perm)` of a `shape` array lists its elements in the
+    same row-major order as `x` (only axes of length 1 move), so a reshape can do it."""
+    moved = [axis for axis in perm if shape[axis] != 1]
+    return moved == sorted(moved)

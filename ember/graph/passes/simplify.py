@@ -24,7 +24,7 @@ from ember.graph.ir import (
     rename_values,
 )
 from ember.graph.ops.attrs import ReshapeAttrs, TransposeAttrs
-from ember.graph.passes.rewrite import make_node
+from ember.graph.passes.rewrite import keeps_element_order, make_node
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +92,7 @@ def _merge_transposes(node: Node, context: Context) -> Rewrite | None:
 def _transpose_of_unit_axes(node: Node, context: Context) -> Rewrite | None:
     attrs = node.attrs
     assert isinstance(attrs, TransposeAttrs)
-    shape = node.inputs[0].shape
-    moved = [axis for axis in attrs.perm if shape[axis] != 1]
-    # Moving only size-1 axes leaves the elements in memory order: a reshape.
-    if moved != sorted(moved):
+    if not keeps_element_order(node.inputs[0].shape, attrs.perm):
         return None
     return Rewrite("reshape", node.inputs, ReshapeAttrs(node.output.shape))
 

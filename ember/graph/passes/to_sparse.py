@@ -12,9 +12,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from ember.errors import GraphError
-from ember.graph.ir import Graph, Node, Params, TensorType, Value, prune_params
+from ember.graph.ir import Graph, NameSupply, Node, Params, TensorType, Value, prune_params
 from ember.graph.ops.sparse import SparseDenseAttrs, bsr_from_dense
-from ember.graph.passes.rewrite import NameSupply, make_node
+from ember.graph.passes.rewrite import make_node
 
 DEFAULT_BLOCK_SIZE = (16, 1)
 DEFAULT_SPARSITY_THRESHOLD = 0.8
@@ -37,7 +37,7 @@ def to_sparse(
     """
     _check_options(block_size, sparsity_threshold=sparsity_threshold)
     block_size = (int(block_size[0]), int(block_size[1]))
-    names = NameSupply(graph)
+    names = NameSupply.for_graph(graph)
     arrays: Params = {v.name: np.asarray(params[v.name]) for v in graph.params if v.name in params}
     new_params = list(graph.params)
     # Weight name -> its BSR param values, so a weight shared by dense nodes converts once.
@@ -54,7 +54,9 @@ def to_sparse(
                     arrays[value.name] = array
                     new_params.append(value)
                     converted[weight.name].append(value)
-        if weight is None or weight.name not in converted:
+        # A dense of a higher-rank input keeps its weight dense even when the weight
+        # converted for another (2-D) dense: sparse_dense takes 2-D inputs only.
+        if weight is None or weight.name not in converted or node.inputs[0].type.ndim != 2:
             nodes.append(node)
             continue
         rows, columns = weight.shape

@@ -90,8 +90,9 @@ def get_workload(
     resolved = _resolve_layout(name, spec, layout)
     if dtype not in FLOAT_DTYPES:
         raise WorkloadError(f"dtype {dtype!r} is not supported; use one of {FLOAT_DTYPES}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise WorkloadError(f"batch_size must be a positive integer, got {batch_size!r}")
+    for what, count in (("batch_size", batch_size), ("num_classes", num_classes)):
+        if not isinstance(count, int | np.integer) or isinstance(count, bool) or count < 1:
+            raise WorkloadError(f"{what} must be a positive integer, got {count!r}")
     shape = _image_shape(name, spec, resolved, image_shape)
     net = NetBuilder(name, resolved, dtype)
     data = net.graph.input("data", (batch_size, *shape), dtype)

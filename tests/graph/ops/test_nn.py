@@ -20,8 +20,13 @@ from onnx_node_runner import (
 
 from ember.graph.ir import TensorType
 from ember.graph.ops import evaluate, get_op
-from ember.graph.ops.attrs import AxisAttrs, BatchNormAttrs, InstanceNormAttrs, LayerNormAttrs
-from ember.graph.ops.nn import LrnAttrs
+from ember.graph.ops.attrs import (
+    AxisAttrs,
+    BatchNormAttrs,
+    InstanceNormAttrs,
+    LayerNormAttrs,
+    LrnAttrs,
+)
 from ember.graph.ops.registry import OpPattern
 from ember.testing.oracle import RTOL
 
@@ -177,6 +182,13 @@ def test_softmax_matches_onnxruntime(op: str, axis: int) -> None:
     (ours,) = evaluate(op, [x], AxisAttrs(axis))
     onnx_op = "Softmax" if op == "softmax" else "LogSoftmax"
     assert_close(ours, run_onnx_node(onnx_op, {"x": x}, opset=13, axis=axis))
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0)])
+def test_softmax_of_an_empty_tensor_is_empty(op: str, shape: tuple[int, int]) -> None:
+    (out,) = evaluate(op, [np.zeros(shape, np.float32)], AxisAttrs(1))
+    assert out.shape == shape and out.dtype == np.float32
 
 
 def test_softmax_is_stable_for_large_inputs() -> None:

@@ -75,6 +75,13 @@ def test_log_sum_exp_does_not_overflow() -> None:
     assert out[1] == -np.inf
 
 
+def test_log_sum_exp_of_integers_computes_in_floating_point() -> None:
+    # log(e^1 + e^2 + e^3) = 3.4076..., truncated to the input's integer type.
+    x = np.array([[1, 2, 3], [10, 10, 10]], dtype=np.int32)
+    (out,) = evaluate("reduce_log_sum_exp", [x], ReduceAttrs(axes=(1,), keepdims=False))
+    assert out.dtype == np.int32 and out.tolist() == [3, 11]
+
+
 def test_max_and_min_of_an_empty_axis_are_the_identities() -> None:
     x = np.zeros((2, 0), dtype=np.int32)
     (largest,) = evaluate("reduce_max", [x], ReduceAttrs(axes=(1,), keepdims=False))

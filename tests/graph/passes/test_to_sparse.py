@@ -125,3 +125,18 @@ def test_weight_shared_by_two_dense_nodes_converts_once(check_pass) -> None:
     new_graph, new_params = check_pass(to_sparse, graph, params, (2, 2), 0.5)
     assert sorted(new_params) == ["w_data", "w_indices", "w_indptr"]
     assert new_graph.nodes[0].inputs[1:] == new_graph.nodes[1].inputs[1:]
+
+
+def test_shared_weight_stays_dense_for_a_higher_rank_input(check_pass) -> None:
+    weight = np.zeros((4, 4), "float32")
+    weight[0, 1] = 2.0
+    b = GraphBuilder()
+    x = b.input("x", (2, 4))
+    y = b.input("y", (3, 2, 4))
+    w = b.param("w", weight)
+    flat = b.add("dense", [x, w], name="flat")
+    batched = b.add("dense", [y, w], name="batched")
+    graph, params = b.build([flat, batched])
+    new_graph, new_params = check_pass(to_sparse, graph, params, (2, 2), 0.5)
+    assert [node.op for node in new_graph.nodes] == ["sparse_dense", "dense"]
+    assert sorted(new_params) == ["w", "w_data", "w_indices", "w_indptr"]

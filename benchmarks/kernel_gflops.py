@@ -1,0 +1,88 @@
+"""GFLOP/s of the default schedules on two reference kernels, for the performance issue.
+
+    python benchmarks/kernel_gflops.py [--threads 2] [--repeat 50]
+
+Kernels: ResNet-50's 3x3 conv 56x56x64 -> 64 (NHWC, batch 1, padding 1, with a bias +
+ReLU epilogue) and a 512x512x512 dense. Each is built through the normal path
+(graph -> fuse -> group_to_dag -> default_schedule -> lower -> C) and timed by calling
+the kernel from Python (the call overhead is microseconds; the kernels take
+milliseconds). Prints the median time, GFLOP/s (2 x multiply-accumulates / time) and
+the share of the machine's fp32 FMA peak given by --peak (default 530 GFLOP/s, the
+2-thread figure of the performance issue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+
+def _parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--peak", type=float, default=530.0, help="fp32 peak in GFLOP/s")
+    parser.add_argument("--dump", action="store_true", help="print each kernel's C source")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = _parse()
+    # OpenMP reads this when the first kernel library loads: set it before any build.
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import numpy as np
+
+    from ember.graph import GraphBuilder
+    from ember.graph.ops.attrs import ConvAttrs
+    from ember.graph.passes.fuse import fuse
+    from ember.kernel import build_groups
+    from ember.target import Target
+
+    rng = np.random.default_rng(0)
+
+    def conv() -> tuple[object, object, int]:
+        b = GraphBuilder("conv3x3")
+        x = b.input("x", (1, 56, 56, 64))
+        w = b.param("w", rng.standard_normal((3, 3, 64, 64)).astype("float32"))
+        bias = b.param("b", rng.standard_normal(64).astype("float32"))
+        attrs = ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1, "NHWC", "HWIO")
+        y = b.add("relu", [b.add("add", [b.add("conv", [x, w], attrs), bias])])
+        return (*b.build([y]), 2 * 56 * 56 * 64 * 64 * 9)
+
+    def dense() -> tuple[object, object, int]:
+        b = GraphBuilder("dense512")
+        x = b.input("x", (512, 512))
+        w = b.param("w", rng.standard_normal((512, 512)).astype("float32"))
+        return (*b.build([b.add("dense", [x, w])]), 2 * 512**3)
+
+    target = Target("llvm")
+    print(f"target {target} ({target.fp32_lanes} fp32 lanes), {args.threads} threads")
+    for name, (graph, params, flops) in (("conv3x3 56x56x64->64 NHWC", conv()), ("dense 512^3", dense())):
+        (group,) = fuse(graph, params).groups  # type: ignore[arg-type]
+        (compiled,) = build_groups([group], target)
+        if args.dump:
+            print(compiled.kernel.source)
+        values = {**params, graph.inputs[0].name: rng.standard_normal(graph.inputs[0].shape).astype("float32")}  # type: ignore[attr-defined]
+        arrays = [np.ascontiguousarray(values[v.name]) for v in compiled.inputs]
+        outputs = [np.empty(v.shape, v.dtype) for v in compiled.outputs]
+        for _ in range(3):
+            compiled.kernel(*arrays, *outputs)
+        times = []
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            compiled.kernel(*arrays, *outputs)
+            times.append(time.perf_counter() - start)
+        median = statistics.median(times)
+        gflops = flops / median / 1e9
+        print(
+            f"{name:28s} {median * 1e3:8.3f} ms {gflops:8.1f} GFLOP/s "
+            f"{100 * gflops / args.peak:5.1f}% of {args.peak:.0f}"
+        )
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,430 @@
+"""The vectorize pass: VECTORIZED loops become straight-line vector code.
+
+`vectorize(func) -> func`. Pre: loop IR with For loops of any kind. Post: no For of kind
+VECTORIZED remains. Each such loop with a constant power-of-two extent (the lanes, 2 to
+64) is replaced by its body in which the loop variable is `Ramp(0, 1, lanes)`:
+
+- arithmetic propagates affine forms: `ramp + s` shifts the base, `ramp * c` scales the
+  stride, anything else broadcasts its scalar operands and yields a general vector;
+- a Load or Store keeps its (multi-dimensional) indices, each either a scalar (the same
+  in every lane) or a vector; code generation flattens them and emits a contiguous
+  access when the flat index is a stride-1 Ramp, a gather or scatter otherwise;
+- a Select with a scalar condition stays lazy; one with a vector condition evaluates
+  both branches in every lane, so it is only vectorized when both branches provably
+  cannot fault (every Load in bounds, no integer division by a non-constant);
+- inner serial/unrolled loops and ifs are kept (the vector loop moves inside them,
+  legal because the lanes of a VECTORIZED loop are independent).
+
+Like PARALLEL, the VECTORIZED annotation asserts that iterations are independent (the
+schedule's legality checks own that); the pass still refuses the cross-lane patterns it
+can see. A loop that cannot be vectorized falls back to a SERIAL loop, never to wrong
+code: an extent that is not a constant power of two, an Allocate, a parallel loop or a
+loop/if bound depending on the lane, a store whose index does not depend on the lane
+or is not affine in it, a buffer stored at two different indices or read at another
+index than it is stored at (a cross-lane dependence), or a faulting lazy branch.
+
+The index helpers (`add`, `multiply`, `flatten_index`) are shared with code generation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ember.loop.analysis import Interval, const_interval
+from ember.loop.ir import (
+    Allocate,
+    Broadcast,
+    Buffer,
+    For,
+    ForKind,
+    IfThenElse,
+    LetStmt,
+    Load,
+    PrimFunc,
+    Ramp,
+    Seq,
+    Stmt,
+    Store,
+    split_dtype,
+    vector_dtype,
+)
+from ember.te.expr import (
+    Binary,
+    BinaryOp,
+    Call,
+    Cast,
+    Const,
+    Expr,
+    Select,
+    Unary,
+    UnaryOp,
+    Var,
+)
+from ember.te.visit import walk
+
+MAX_LANES = 64
+
+
+class _CannotVectorize(Exception):
+    """Raised inside the pass; the loop then stays serial."""
+
+
+def vectorize(func: PrimFunc) -> PrimFunc:
+    """Rewrite every VECTORIZED loop of `func` into vector code (or a serial loop)."""
+    body = _rewrite(func.body, {})
+    return func if body is func.body else PrimFunc(func.name, func.args, body)
+
+
+# -- vector-aware index arithmetic ---------------------------------------------------
+
+
+def lanes_of(expr: Expr) -> int:
+    return split_dtype(expr.dtype)[1]
+
+
+def broadcast_to(expr: Expr, lanes: int) -> Expr:
+    """`expr` as a vector of `lanes` (scalars are broadcast; vectors are returned)."""
+    return expr if lanes == 1 or lanes_of(expr) == lanes else Broadcast(expr, lanes)
+
+
+def _int_const(expr: Expr) -> int | None:
+    if isinstance(expr, Const) and not isinstance(expr.value, (bool, float)):
+        return int(expr.value)
+    return None
+
+
+def _ramp(base: Expr, stride: int, lanes: int) -> Expr:
+    return Broadcast(base, lanes) if stride == 0 else Ramp(base, stride, lanes)
+
+
+def add(a: Expr, b: Expr) -> Expr:
+    """`a + b` on integer scalars or vectors, keeping Ramps affine; folds constants."""
+    ca, cb = _int_const(a), _int_const(b)
+    if ca is not None and cb is not None:
+        return Const(ca + cb, a.dtype)
+    if cb == 0:
+        return a
+    if ca == 0:
+        return b
+    match a, b:
+        case Ramp(), Ramp():
+            return _ramp(add(a.base, b.base), a.stride + b.stride, a.lanes)
+        case Ramp(), Broadcast():
+            return Ramp(add(a.base, b.value), a.stride, a.lanes)
+        case Broadcast(), Ramp():
+            return Ramp(add(a.value, b.base), b.stride, b.lanes)
+        case Broadcast(), Broadcast():
+            return Broadcast(add(a.value, b.value), a.lanes)
+        case Ramp(), _ if lanes_of(b) == 1:
+            return Ramp(add(a.base, b), a.stride, a.lanes)
+        case _, Ramp() if lanes_of(a) == 1:
+            return Ramp(add(a, b.base), b.stride, b.lanes)
+    return _vector_binary(BinaryOp.ADD, a, b)
+
+
+def negate(a: Expr) -> Expr:
+    constant = _int_const(a)
+    if constant is not None:
+        return Const(-constant, a.dtype)
+    if isinstance(a, Ramp):
+        return _ramp(negate(a.base), -a.stride, a.lanes)
+    if isinstance(a, Broadcast):
+        return Broadcast(negate(a.value), a.lanes)
+    return Unary(UnaryOp.NEG, a)
+
+
+def subtract(a: Expr, b: Expr) -> Expr:
+    ca, cb = _int_const(a), _int_const(b)
+    if ca is not None and cb is not None:
+        return Const(ca - cb, a.dtype)
+    if cb == 0:
+        return a
+    if isinstance(b, (Ramp, Broadcast)) or (isinstance(a, Ramp) and lanes_of(b) == 1):
+        return add(a, negate(b))
+    return _vector_binary(BinaryOp.SUB, a, b)
+
+
+def multiply(a: Expr, b: Expr) -> Expr:
+    """`a * b` on integer scalars or vectors; a Ramp times a constant stays a Ramp."""
+    ca, cb = _int_const(a), _int_const(b)
+    if ca is not None and cb is not None:
+        return Const(ca * cb, a.dtype)
+    if ca is not None:
+        a, b, ca, cb = b, a, cb, ca
+    if cb == 1:
+        return a
+    if cb is not None:
+        if isinstance(a, Ramp):
+            return _ramp(multiply(a.base, b), a.stride * cb, a.lanes)
+        if isinstance(a, Broadcast):
+            return Broadcast(multiply(a.value, b), a.lanes)
+        if cb == 0 and lanes_of(a) == 1:
+            return Const(0, a.dtype)
+    return _vector_binary(BinaryOp.MUL, a, b)
+
+
+def _vector_binary(op: BinaryOp, a: Expr, b: Expr) -> Expr:
+    lanes = max(lanes_of(a), lanes_of(b))
+    return Binary(op, broadcast_to(a, lanes), broadcast_to(b, lanes))
+
+
+def flatten_index(buffer: Buffer, indices: tuple[Expr, ...]) -> Expr:
+    """The row-major flat index of `buffer[indices]` (scalar or vector), in Horner
+    form `(i0 * d1 + i1) * d2 + i2` so it reads like hand-written C."""
+    if len(indices) != len(buffer.shape):
+        raise ValueError(
+            f"buffer {buffer.name} has {len(buffer.shape)} dimensions, indexed with {len(indices)}"
+        )
+    if not indices:
+        return Const(0)
+    flat = indices[0]
+    for extent, index in zip(buffer.shape[1:], indices[1:], strict=True):
+        flat = add(multiply(flat, Const(extent, index.dtype.split("x")[0])), index)
+    return flat
+
+
+# -- statements ------------------------------------------------------------------------
+
+
+def _rewrite(stmt: Stmt, bounds: Mapping[Var, Interval]) -> Stmt:
+    """Vectorize VECTORIZED loops bottom-up; `bounds` holds enclosing loop ranges."""
+    match stmt:
+        case For(var, extent, kind, body, unroll):
+            new_body = _rewrite(body, _bind(bounds, var, _loop_bound(extent)))
+            if kind is ForKind.VECTORIZED:
+                try:
+                    return _vectorize_loop(var, extent, new_body, bounds)
+                except _CannotVectorize:
+                    return For(var, extent, ForKind.SERIAL, new_body, unroll)
+            return stmt if new_body is body else For(var, extent, kind, new_body, unroll)
+        case Seq(stmts):
+            new = tuple(_rewrite(s, bounds) for s in stmts)
+            return stmt if all(a is b for a, b in zip(new, stmts, strict=True)) else Seq(new)
+        case IfThenElse(condition, then_body, else_body):
+            then_new = _rewrite(then_body, bounds)
+            else_new = None if else_body is None else _rewrite(else_body, bounds)
+            if then_new is then_body and else_new is else_body:
+                return stmt
+            return IfThenElse(condition, then_new, else_new)
+        case Allocate(buffer, body):
+            new_body = _rewrite(body, bounds)
+            return stmt if new_body is body else Allocate(buffer, new_body)
+        case LetStmt(var, value, body):
+            new_body = _rewrite(body, _bind(bounds, var, const_interval(value, bounds)))
+            return stmt if new_body is body else LetStmt(var, value, new_body)
+    return stmt
+
+
+def _loop_bound(extent: Expr) -> Interval | None:
+    count = _int_const(extent)
+    return Interval.extent(count) if count is not None and count > 0 else None
+
+
+def _bind(bounds: Mapping[Var, Interval], var: Var, known: Interval | None) -> dict[Var, Interval]:
+    """`bounds` inside a new binding of `var` (which shadows any outer one)."""
+    inner = {v: b for v, b in bounds.items() if v != var}
+    if known is not None:
+        inner[var] = known
+    return inner
+
+
+def _vectorize_loop(var: Var, extent: Expr, body: Stmt, bounds: Mapping[Var, Interval]) -> Stmt:
+    lanes = _int_const(extent)
+    if lanes is None or lanes < 2 or lanes > MAX_LANES or lanes & (lanes - 1):
+        raise _CannotVectorize(f"extent {extent} is not a constant power of two")
+    _check_no_cross_lane_dependence(body)
+    scope = _Scope({}, bounds).bind(
+        var, Ramp(Const(0, var.dtype), 1, lanes), Interval.extent(lanes)
+    )
+    return _LoopVectorizer(lanes).stmt(body, scope)
+
+
+def _check_no_cross_lane_dependence(body: Stmt) -> None:
+    """Each stored buffer must be stored at one index tuple and read only there, so lane
+    `l` only touches what iteration `l` touched (vector order == serial order)."""
+    stores: dict[Buffer, set[tuple[Expr, ...]]] = {}
+    loads: list[Load] = []
+    _collect_accesses(body, stores, loads)
+    for buffer, index_tuples in stores.items():
+        if len(index_tuples) > 1:
+            raise _CannotVectorize(f"{buffer.name} is stored at different indices")
+    for load in loads:
+        stored = stores.get(load.buffer)
+        if stored is not None and load.indices not in stored:
+            raise _CannotVectorize(f"{load.buffer.name} is read where another lane writes")
+
+
+def _collect_accesses(
+    stmt: Stmt, stores: dict[Buffer, set[tuple[Expr, ...]]], loads: list[Load]
+) -> None:
+    def expr_loads(expr: Expr) -> None:
+        loads.extend(node for node in walk(expr) if isinstance(node, Load))
+
+    match stmt:
+        case Store(buffer, indices, value):
+            stores.setdefault(buffer, set()).add(indices)
+            for index in indices:
+                expr_loads(index)
+            expr_loads(value)
+        case For(_, extent, _, body):
+            expr_loads(extent)
+            _collect_accesses(body, stores, loads)
+        case Seq(stmts):
+            for s in stmts:
+                _collect_accesses(s, stores, loads)
+        case IfThenElse(condition, then_body, else_body):
+            expr_loads(condition)
+            _collect_accesses(then_body, stores, loads)
+            if else_body is not None:
+                _collect_accesses(else_body, stores, loads)
+        case LetStmt(_, value, body):
+            expr_loads(value)
+            _collect_accesses(body, stores, loads)
+        case Allocate(_, body):
+            _collect_accesses(body, stores, loads)
+
+
+@dataclass(frozen=True, slots=True)
+class _Scope:
+    """What is known inside the vectorized body: `vectors` maps variables that became
+    vectors (the loop variable, lets of vector values) to their vector form; `bounds`
+    holds integer ranges of variables, for the original (scalar) expressions."""
+
+    vectors: Mapping[Var, Expr]
+    bounds: Mapping[Var, Interval]
+
+    def bind(self, var: Var, vector: Expr | None, known: Interval | None) -> _Scope:
+        """Enter a binding of `var`, which shadows any outer one."""
+        vectors = {v: e for v, e in self.vectors.items() if v != var}
+        if vector is not None:
+            vectors[var] = vector
+        return _Scope(vectors, _bind(self.bounds, var, known))
+
+
+class _LoopVectorizer:
+    """Rewrites the body of one VECTORIZED loop of `lanes` lanes."""
+
+    def __init__(self, lanes: int) -> None:
+        self.lanes = lanes
+
+    def stmt(self, stmt: Stmt, scope: _Scope) -> Stmt:
+        match stmt:
+            case Store(buffer, indices, value):
+                return self._store(buffer, indices, value, scope)
+            case Seq(stmts):
+                return Seq(tuple(self.stmt(s, scope) for s in stmts))
+            case For(var, extent, kind, body, unroll):
+                if kind is ForKind.PARALLEL or lanes_of(self.expr(extent, scope)) > 1:
+                    raise _CannotVectorize("an inner loop depends on the lane or is parallel")
+                inner = scope.bind(var, None, _loop_bound(extent))
+                return For(var, extent, kind, self.stmt(body, inner), unroll)
+            case IfThenElse(condition, then_body, else_body):
+                test = self.expr(condition, scope)
+                if lanes_of(test) > 1:
+                    raise _CannotVectorize("an if condition depends on the lane")
+                else_new = None if else_body is None else self.stmt(else_body, scope)
+                return IfThenElse(test, self.stmt(then_body, scope), else_new)
+            case LetStmt(var, value, body):
+                return self._let(var, value, body, scope)
+        raise _CannotVectorize(f"{type(stmt).__name__} inside a vectorized loop")
+
+    def _store(self, buffer: Buffer, indices: tuple[Expr, ...], value: Expr, scope: _Scope) -> Stmt:
+        new_indices = tuple(self.expr(i, scope) for i in indices)
+        if all(lanes_of(i) == 1 for i in new_indices):
+            raise _CannotVectorize(f"the store to {buffer.name} is the same in every lane")
+        if not isinstance(flatten_index(buffer, new_indices), Ramp):
+            raise _CannotVectorize(f"the store index of {buffer.name} is not affine")
+        return Store(buffer, new_indices, broadcast_to(self.expr(value, scope), self.lanes))
+
+    def _let(self, var: Var, value: Expr, body: Stmt, scope: _Scope) -> Stmt:
+        known = const_interval(value, scope.bounds)
+        new_value = self.expr(value, scope)
+        if lanes_of(new_value) == 1:
+            return LetStmt(var, new_value, self.stmt(body, scope.bind(var, None, known)))
+        if isinstance(new_value, Ramp):
+            # Bind the scalar base; uses see an affine Ramp, so their loads stay contiguous.
+            ramp = Ramp(var, new_value.stride, new_value.lanes)
+            return LetStmt(var, new_value.base, self.stmt(body, scope.bind(var, ramp, known)))
+        vector_var = Var(var.name, new_value.dtype)
+        return LetStmt(vector_var, new_value, self.stmt(body, scope.bind(var, vector_var, known)))
+
+    def expr(self, expr: Expr, scope: _Scope) -> Expr:
+        match expr:
+            case Var():
+                return scope.vectors.get(expr, expr)
+            case Const():
+                return expr
+            case Load(buffer, indices):
+                return Load(buffer, tuple(self.expr(i, scope) for i in indices))
+            case Binary(op, a, b):
+                return self._binary(op, a, b, scope)
+            case Unary(op, a):
+                operand = self.expr(a, scope)
+                if op is UnaryOp.NEG and _is_int(operand):
+                    return negate(operand)
+                return Unary(op, operand)
+            case Select(condition, true_value, false_value):
+                return self._select(condition, true_value, false_value, scope)
+            case Cast(dtype, value):
+                operand = self.expr(value, scope)
+                return Cast(vector_dtype(dtype, lanes_of(operand)), operand)
+            case Call(name, args):
+                new_args = tuple(self.expr(a, scope) for a in args)
+                lanes = max(lanes_of(a) for a in new_args)
+                return Call(name, tuple(broadcast_to(a, lanes) for a in new_args))
+        raise _CannotVectorize(f"cannot vectorize {type(expr).__name__}")
+
+    def _binary(self, op: BinaryOp, a: Expr, b: Expr, scope: _Scope) -> Expr:
+        va, vb = self.expr(a, scope), self.expr(b, scope)
+        if lanes_of(va) == 1 and lanes_of(vb) == 1:
+            return Binary(op, va, vb)
+        if op.is_logical:
+            # Vector && and || evaluate their right side in every lane.
+            _check_speculatable(b, scope.bounds)
+        if _is_int(va) and op in _AFFINE:
+            return _AFFINE[op](va, vb)
+        return _vector_binary(op, va, vb)
+
+    def _select(self, condition: Expr, true_value: Expr, false_value: Expr, scope: _Scope) -> Expr:
+        test = self.expr(condition, scope)
+        if lanes_of(test) > 1:
+            # No lane may skip a branch any more: both must be safe to evaluate.
+            _check_speculatable(true_value, scope.bounds)
+            _check_speculatable(false_value, scope.bounds)
+        if_true, if_false = self.expr(true_value, scope), self.expr(false_value, scope)
+        lanes = max(lanes_of(test), lanes_of(if_true), lanes_of(if_false))
+        return Select(test, broadcast_to(if_true, lanes), broadcast_to(if_false, lanes))
+
+
+_AFFINE = {BinaryOp.ADD: add, BinaryOp.SUB: subtract, BinaryOp.MUL: multiply}
+
+
+def _is_int(expr: Expr) -> bool:
+    return split_dtype(expr.dtype)[0].startswith(("int", "uint"))
+
+
+def _check_speculatable(expr: Expr, bounds: Mapping[Var, Interval]) -> None:
+    """Raise unless evaluating `expr` (an original, scalar expression) in every lane
+    cannot fault."""
+    for node in walk(expr):
+        if isinstance(node, Load) and not _in_bounds(node, bounds):
+            raise _CannotVectorize(f"a lazy branch may read {node.buffer.name} out of bounds")
+        if (
+            isinstance(node, Binary)
+            and node.op in (BinaryOp.DIV, BinaryOp.FLOOR_DIV, BinaryOp.FLOOR_MOD)
+            and _is_int(node)
+            and not _int_const(node.b)
+        ):
+            raise _CannotVectorize("a lazy branch divides integers by a variable")
+
+
+# -- bounds, to prove speculative loads safe -----------------------------------------
+
+
+def _in_bounds(load: Load, bounds: Mapping[Var, Interval]) -> bool:
+    for index, extent in zip(load.indices, load.buffer.shape, strict=True):
+        known = const_interval(index, bounds)
+        if known.lo is None or known.hi is None or known.lo < 0 or known.hi >= extent:
+            return False
+    return True

@@ -1,0 +1,301 @@
+"""Compilation targets, parsed from TVM-style strings.
+
+    Target("llvm -mtriple=aarch64-linux-gnu -mattr=+neon -mcpu=cortex-a72 -num-cores=4")
+    Target("c")                  # this machine, through generated C
+    Target("llvm -mcpu=znver4")  # this machine's triple, tuned for Zen 4
+    Target("cuda -arch=sm_90")   # parsed; not built yet
+
+`llvm` and `c` are synonyms: both mean "a CPU, through generated C" (`llvm` is kept so
+the strings users know from TVM work). The triple picks the toolchain (ember.toolchain);
+`-mcpu` and `-mattr` pick compiler flags and the SIMD width the schedules vectorise for;
+with neither -mcpu nor -mtriple the code is for this very machine (`-march=native`).
+`str(target)` gives the canonical string, and `Target(str(target)) == target`.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from dataclasses import dataclass
+
+from ember.errors import TargetError
+
+CPU_KINDS = ("llvm", "c")
+KINDS = (*CPU_KINDS, "cuda")
+
+# Options each kind accepts, in the order `str()` prints them. `-device` and `-model`
+# are TVM's free-form labels (e.g. `-device=arm_cpu -model=rasp4b`): kept, not used.
+_OPTIONS = {
+    "llvm": ("mtriple", "mcpu", "mattr", "num-cores", "device", "model"),
+    "c": ("mtriple", "mcpu", "mattr", "num-cores", "device", "model"),
+    "cuda": ("arch", "device", "model"),
+}
+
+# CPUs whose widest SIMD registers we know; anything else falls back to the
+# architecture's baseline (SSE2 on x86-64, NEON on AArch64: 128 bits).
+_CPU_VECTOR_BITS = {
+    **dict.fromkeys(
+        (
+            "skylake-avx512",
+            "cascadelake",
+            "cooperlake",
+            "icelake-client",
+            "icelake-server",
+            "tigerlake",
+            "rocketlake",
+            "sapphirerapids",
+            "emeraldrapids",
+            "graniterapids",
+            "znver4",
+            "znver5",
+            "x86-64-v4",
+        ),
+        512,
+    ),
+    **dict.fromkeys(
+        (
+            "haswell",
+            "broadwell",
+            "skylake",
+            "alderlake",
+            "raptorlake",
+            "meteorlake",
+            "znver1",
+            "znver2",
+            "znver3",
+            "x86-64-v3",
+            "sandybridge",
+            "ivybridge",
+        ),
+        256,
+    ),
+}
+
+# -mattr features that set the vector width, widest first.
+_FEATURE_VECTOR_BITS = (
+    ("avx512f", 512),
+    ("avx2", 256),
+    ("avx", 256),
+    ("sse2", 128),
+    ("neon", 128),
+)
+
+_ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "x64": "x86_64"}
+
+
+def _normalise_arch(arch: str) -> str:
+    arch = arch.lower()
+    return _ARCH_ALIASES.get(arch, arch)
+
+
+@functools.cache
+def host_triple() -> str:
+    """This machine's triple, in the form cross compilers are named by."""
+    arch = _normalise_arch(platform.machine() or "unknown")
+    system = platform.system().lower()
+    if system == "linux":
+        return f"{arch}-linux-gnu"
+    if system == "darwin":
+        return f"{arch}-apple-darwin"
+    return f"{arch}-unknown-{system or 'unknown'}"
+
+
+@functools.cache
+def host_cpu_features() -> frozenset[str]:
+    """The CPU feature flags of this machine (`/proc/cpuinfo`); empty where unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                key, _, value = line.partition(":")
+                # x86 says "flags", AArch64 says "Features" (with "asimd" for NEON).
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _accepted(kind: str) -> str:
+    return ", ".join(f"-{name}" for name in _OPTIONS[kind])
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Target:
+    """A parsed target string. Fields hold what the string said; properties derive
+    what it means (triple defaults to this machine's, vector width from cpu/attrs)."""
+
+    kind: str
+    mtriple: str | None
+    mcpu: str | None
+    mattr: tuple[str, ...]
+    num_cores: int | None
+    arch: str | None
+    device: str | None
+    model: str | None
+
+    def __init__(self, spec: str) -> None:
+        if isinstance(spec, Target):
+            spec = str(spec)
+        if not isinstance(spec, str) or not spec.split():
+            raise TargetError(
+                f"empty target string {spec!r}: write e.g. 'llvm', 'c', "
+                "'llvm -mtriple=aarch64-linux-gnu -mattr=+neon' or 'cuda -arch=sm_90'"
+            )
+        kind, *tokens = spec.split()
+        if kind not in KINDS:
+            raise TargetError(
+                f"unknown target kind {kind!r} in {spec!r}: accepted kinds are "
+                f"{', '.join(KINDS)} (llvm and c both mean a CPU through generated C)"
+            )
+        options = _parse_options(kind, tokens, spec)
+        set_field = object.__setattr__  # frozen dataclass: fields are set once, here
+        set_field(self, "kind", kind)
+        set_field(self, "mtriple", options.get("mtriple"))
+        set_field(self, "mcpu", options.get("mcpu"))
+        set_field(self, "mattr", _parse_mattr(options.get("mattr"), spec))
+        set_field(self, "num_cores", _parse_num_cores(options.get("num-cores"), spec))
+        set_field(self, "arch", options.get("arch"))
+        set_field(self, "device", options.get("device"))
+        set_field(self, "model", options.get("model"))
+        if kind == "cuda" and self.arch is not None and not self.arch.startswith("sm_"):
+            raise TargetError(
+                f"bad -arch={self.arch} in {spec!r}: write the compute capability as "
+                "sm_XY, e.g. -arch=sm_90"
+            )
+
+    def __str__(self) -> str:
+        values = {
+            "mtriple": self.mtriple,
+            "mcpu": self.mcpu,
+            "mattr": ",".join(self.mattr) if self.mattr else None,
+            "num-cores": None if self.num_cores is None else str(self.num_cores),
+            "arch": self.arch,
+            "device": self.device,
+            "model": self.model,
+        }
+        parts = [self.kind]
+        parts += [f"-{name}={values[name]}" for name in _OPTIONS[self.kind] if values[name]]
+        return " ".join(parts)
+
+    def __repr__(self) -> str:
+        return f"Target({str(self)!r})"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.kind in CPU_KINDS
+
+    @property
+    def triple(self) -> str:
+        """The target triple; this machine's when the string names none."""
+        return self.mtriple or host_triple()
+
+    @property
+    def target_arch(self) -> str:
+        """The triple's architecture: "x86_64", "aarch64", ..."""
+        return _normalise_arch(self.triple.split("-")[0])
+
+    @property
+    def is_android(self) -> bool:
+        return "android" in self.triple
+
+    @property
+    def is_host(self) -> bool:
+        """Whether code built for this target runs on this machine."""
+        if not self.is_cpu or self.is_android:
+            return False
+        host = host_triple()
+        return self.target_arch == _normalise_arch(host.split("-")[0]) and (
+            self.mtriple is None or _os_part(self.mtriple) == _os_part(host)
+        )
+
+    @property
+    def is_native(self) -> bool:
+        """Whether code may use everything this machine's CPU has (`-march=native`):
+        `-mcpu=native`, or no -mcpu and no -mtriple. Naming the triple without a CPU
+        asks for portable code for that architecture."""
+        if not self.is_host:
+            return False
+        return self.mcpu == "native" or (self.mcpu is None and self.mtriple is None)
+
+    @property
+    def features(self) -> frozenset[str]:
+        """CPU features assumed by the code: the CPU's (this machine's when
+        `is_native`), plus `+feature`, minus `-feature` from -mattr."""
+        features = set(self._baseline_features())
+        for attr in self.mattr:
+            (features.add if attr[0] == "+" else features.discard)(attr[1:])
+        return frozenset(features)
+
+    @property
+    def vector_width_bits(self) -> int:
+        """Width of the widest SIMD register the generated code may use."""
+        widths = [bits for name, bits in _FEATURE_VECTOR_BITS if name in self.features]
+        return max(widths, default=128)
+
+    @property
+    def fp32_lanes(self) -> int:
+        return self.lanes("float32")
+
+    def lanes(self, dtype: str) -> int:
+        """How many `dtype` elements fill one vector register."""
+        bits = 8 if dtype == "bool" else int("".join(c for c in dtype if c.isdigit()) or 32)
+        return max(1, self.vector_width_bits // bits)
+
+    def _baseline_features(self) -> frozenset[str]:
+        if self.target_arch == "aarch64":
+            return frozenset({"neon"})
+        if self.is_native:
+            flags = host_cpu_features()
+            # AArch64 hosts report NEON as "asimd"; handled above. x86 flags as is.
+            return flags | {"sse2"} if self.target_arch == "x86_64" else flags
+        if self.target_arch == "x86_64":
+            bits = _CPU_VECTOR_BITS.get(self.mcpu or "", 128)
+            implied = {512: {"avx512f", "avx2", "avx"}, 256: {"avx2", "avx"}}.get(bits, set())
+            return frozenset({"sse2", *implied})
+        return frozenset()
+
+
+def _os_part(triple: str) -> str:
+    return "-".join(triple.split("-")[1:])
+
+
+def _parse_options(kind: str, tokens: list[str], spec: str) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for token in tokens:
+        name, equals, value = token.lstrip("-").partition("=")
+        name = name.replace("_", "-")
+        if not token.startswith("-") or not equals or not value:
+            raise TargetError(
+                f"bad target option {token!r} in {spec!r}: options are written "
+                f"-name=value; {kind} accepts {_accepted(kind)}"
+            )
+        if name not in _OPTIONS[kind]:
+            raise TargetError(
+                f"unknown option {token!r} for target kind {kind} in {spec!r}: "
+                f"{kind} accepts {_accepted(kind)}"
+            )
+        if name in options:
+            raise TargetError(f"option -{name} given twice in {spec!r}: keep one")
+        options[name] = value
+    return options
+
+
+def _parse_mattr(value: str | None, spec: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    attrs = tuple(a for a in value.split(",") if a)
+    for attr in attrs:
+        if attr[0] not in "+-" or len(attr) == 1:
+            raise TargetError(
+                f"bad -mattr entry {attr!r} in {spec!r}: write features with a sign, "
+                "e.g. -mattr=+neon or -mattr=+avx2,+fma,-avx512f"
+            )
+    return attrs
+
+
+def _parse_num_cores(value: str | None, spec: str) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise TargetError(f"bad -num-cores={value} in {spec!r}: give a positive integer")
+    return int(value)

@@ -1,0 +1,70 @@
+"""Dense layers and matrix products.
+
+`dense(x[M, K], W[N, K])` is `T_matmul_NT(i, j) += (x[i, k]*W[j, k])` (the weight is
+stored transposed, as in the seed). `matmul` follows NumPy: leading batch axes
+broadcast (`T_batch_matmul_NN`), and a 1-d operand is a row or column vector whose
+axis is dropped from the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ember.graph.ir import Attrs, TensorType
+from ember.te import Expr, Tensor, compute, reduce_axis, reduce_sum
+from ember.topi.common import Declaration
+
+
+def matrix_axis_names(rank: int) -> list[str]:
+    """`i, j` for a matrix, `b0, ..., i, j` with batch axes, `j` for a vector."""
+    if rank == 1:
+        return ["j"]
+    return [f"b{m}" for m in range(rank - 2)] + ["i", "j"]
+
+
+def _dense(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType]) -> list[Tensor]:
+    x, weight = inputs
+    k = reduce_axis(x.shape[-1], "k")
+    shape = outputs[0].shape
+
+    def element(*out: Expr) -> Expr:
+        return reduce_sum(x[(*out[:-1], k.var)] * weight[out[-1], k.var], k)
+
+    return [compute(shape, element, "T_matmul_NT", "dense", matrix_axis_names(len(shape)))]
+
+
+def _batch_indices(operand: Tensor, out_shape: Sequence[int], batch: Sequence[Expr]) -> list:
+    """The batch indices of a matrix operand, broadcast against the output's batch axes
+    (aligned from the right; a length-1 axis reads index 0)."""
+    own = operand.shape[:-2]
+    lead = len(batch) - len(own)
+    return [
+        0 if extent == 1 and out_shape[lead + m] != 1 else batch[lead + m]
+        for m, extent in enumerate(own)
+    ]
+
+
+def _matmul(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType]) -> list[Tensor]:
+    a, b = inputs
+    shape = outputs[0].shape
+    k = reduce_axis(a.shape[-1], "k")
+    batch_rank = len(shape) - (a.ndim > 1) - (b.ndim > 1)
+
+    def element(*out: Expr) -> Expr:
+        batch = out[:batch_rank]
+        left = (
+            a[(*_batch_indices(a, shape, batch), out[batch_rank], k.var)]
+            if a.ndim > 1
+            else a[k.var]
+        )
+        right = b[(*_batch_indices(b, shape, batch), k.var, out[-1])] if b.ndim > 1 else b[k.var]
+        return reduce_sum(left * right, k)
+
+    name, tag = ("T_batch_matmul_NN", "batch_matmul") if batch_rank else ("T_matmul_NN", "matmul")
+    names = [f"b{m}" for m in range(batch_rank)]
+    names += ["i"] if a.ndim > 1 else []
+    names += ["j"] if b.ndim > 1 else []
+    return [compute(shape, element, name, tag, names)]
+
+
+DECLARATIONS: dict[str, Declaration] = {"dense": _dense, "matmul": _matmul}

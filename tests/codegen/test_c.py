@@ -1,0 +1,391 @@
+"""C code generation: hand-written loop IR compiled with the host compiler, run through
+ctypes, and compared with NumPy and with the loop interpreter (the oracle)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from loop.test_vectorize import index_exprs  # tests/ is on sys.path (pyproject)
+
+from ember.codegen import output_args, render_c
+from ember.errors import CodegenError
+from ember.loop.interpret import run_func
+from ember.loop.ir import (
+    Allocate,
+    Buffer,
+    For,
+    ForKind,
+    IfThenElse,
+    Load,
+    PrimFunc,
+    Stmt,
+    Store,
+    seq,
+)
+from ember.te.expr import (
+    BinaryOp,
+    Const,
+    Expr,
+    Var,
+    binary,
+    call,
+    cast,
+    logical_and,
+    logical_not,
+    logical_or,
+    maximum,
+    minimum,
+    select,
+)
+from ember.toolchain import Kernel, build_kernel
+
+F32 = "float32"
+i, j, k, v, t = Var("i"), Var("j"), Var("k"), Var("v"), Var("t")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def kernel_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("kernels")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EMBER_CACHE_DIR", str(path))
+        yield path
+
+
+def loop(var: Var, extent: int, body: Stmt, kind: ForKind = ForKind.SERIAL, unroll: int = 0) -> For:
+    return For(var, Const(extent), kind, body, unroll)
+
+
+def inputs_for(func: PrimFunc, seed: int = 0) -> list[np.ndarray]:
+    """Random inputs, zeroed outputs (NaN-free so results compare exactly)."""
+    rng = np.random.default_rng(seed)
+    outputs = output_args(func)
+    arrays = []
+    for buffer in func.args:
+        if buffer in outputs:
+            arrays.append(np.zeros(buffer.shape, buffer.dtype))
+        elif buffer.dtype == "bool":
+            arrays.append(rng.random(buffer.shape) < 0.5)
+        elif buffer.dtype.startswith(("int", "uint")):
+            arrays.append(rng.integers(-50, 50, buffer.shape).astype(buffer.dtype))
+        else:
+            arrays.append((rng.standard_normal(buffer.shape) * 2).astype(buffer.dtype))
+    return arrays
+
+
+def run_both(func: PrimFunc, arrays: list[np.ndarray]) -> tuple[Kernel, list[np.ndarray]]:
+    """Run the compiled kernel on `arrays` (in place) and assert the interpreter agrees."""
+    expected = [a.copy() for a in arrays]
+    run_func(func, expected)
+    kernel = build_kernel(func, "llvm")
+    kernel(*arrays)
+    for buffer, want, got in zip(func.args, expected, arrays, strict=True):
+        if buffer.dtype.startswith("float"):
+            np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6, err_msg=buffer.name)
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=buffer.name)
+    return kernel, arrays
+
+
+def elementwise() -> PrimFunc:
+    a, b, c = Buffer("A", (4, 32), F32), Buffer("B", (32,), F32), Buffer("C", (4, 32), F32)
+    value = maximum(Load(a, (i, j * 16 + v)) + Load(b, (j * 16 + v,)), Const(0.0, F32))
+    inner = loop(j, 2, loop(v, 16, Store(c, (i, j * 16 + v), value), ForKind.VECTORIZED))
+    return PrimFunc("add_relu", (a, b, c), loop(i, 4, inner, ForKind.PARALLEL))
+
+
+def test_elementwise_parallel_and_vectorized() -> None:
+    func = elementwise()
+    kernel, (a, b, c) = run_both(func, inputs_for(func))
+    np.testing.assert_allclose(c, np.maximum(a + b, 0), rtol=1e-6)
+    assert kernel.source is not None and "ember_load_float32x16" in kernel.source
+
+
+def test_generated_source_is_readable() -> None:
+    source = render_c(elementwise())
+    expected = """\
+void add_relu(const float* restrict A, const float* restrict B, float* restrict C) {
+  #pragma omp parallel for
+  for (int64_t i = 0; i < 4; ++i) {
+    for (int64_t j = 0; j < 2; ++j) {
+      ember_store_float32x16(&C[i * 32 + j * 16], ember_max_float32x16(\
+ember_load_float32x16(&A[i * 32 + j * 16]) + ember_load_float32x16(&B[j * 16]), \
+ember_broadcast_float32x16(0.0f)));
+    }
+  }
+}
+
+int32_t add_relu_packed(void* const* args, int32_t num_args) {
+  if (num_args != 3) return -1;
+  add_relu((const float*)args[0], (const float*)args[1], (float*)args[2]);
+  return 0;
+}
+"""
+    assert source.endswith(expected), source
+    assert "typedef float float32x16 __attribute__((vector_size(64)));" in source
+    assert "// inputs: A, B; outputs: C" in source
+
+
+def matmul(m: int = 6, n: int = 32, kk: int = 7) -> PrimFunc:
+    """C = relu(A @ B) with 2 x 16 accumulators in a local Allocate: rows unrolled,
+    columns vectorized, the k loop inside."""
+    a, b, c = Buffer("A", (m, kk), F32), Buffer("B", (kk, n), F32), Buffer("C", (m, n), F32)
+    acc = Buffer("acc", (2, 16), F32, "local")
+    row, col = i * 2 + t, j * 16 + v
+    vector = ForKind.VECTORIZED
+
+    def rows_and_lanes(body: Stmt) -> Stmt:
+        return loop(t, 2, loop(v, 16, body, vector), ForKind.UNROLLED)
+
+    update = Load(acc, (t, v)) + Load(a, (row, k)) * Load(b, (k, col))
+    body = seq(
+        rows_and_lanes(Store(acc, (t, v), Const(0.0, F32))),
+        loop(k, kk, rows_and_lanes(Store(acc, (t, v), update))),
+        rows_and_lanes(Store(c, (row, col), maximum(Load(acc, (t, v)), Const(0.0, F32)))),
+    )
+    tiles = loop(j, n // 16, Allocate(acc, body))
+    return PrimFunc("matmul_relu", (a, b, c), loop(i, m // 2, tiles, ForKind.PARALLEL))
+
+
+def test_matmul_with_register_accumulators() -> None:
+    func = matmul()
+    kernel, (a, b, c) = run_both(func, inputs_for(func))
+    np.testing.assert_allclose(c, np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
+    assert kernel.source is not None
+    assert "float acc[32] __attribute__((aligned(64)));" in kernel.source
+    assert "// t unrolled: 0..1" in kernel.source
+
+
+def test_vectorized_loops_with_tails() -> None:
+    """37 elements: 4 vector blocks of 8 plus a 5-element tail, written once as a guarded
+    vector loop (falls back to serial) and once as main part plus scalar tail."""
+    n = 37
+    a, c, d = Buffer("A", (n,), F32), Buffer("C", (n,), F32), Buffer("D", (n,), F32)
+    index = i * 8 + v
+    guarded = IfThenElse(index < n, Store(c, (index,), Load(a, (index,)) * 3.0))
+    split = seq(
+        loop(
+            i, n // 8, loop(v, 8, Store(d, (index,), Load(a, (index,)) - 1.0), ForKind.VECTORIZED)
+        ),
+        loop(v, n % 8, Store(d, (v + 32,), Load(a, (v + 32,)) - 1.0)),
+    )
+    body = seq(loop(i, 5, loop(v, 8, guarded, ForKind.VECTORIZED)), split)
+    func = PrimFunc("tails", (a, c, d), body)
+    kernel, (a_in, c_out, d_out) = run_both(func, inputs_for(func))
+    np.testing.assert_allclose(c_out, a_in * 3, rtol=1e-6)
+    np.testing.assert_allclose(d_out, a_in - 1, rtol=1e-6)
+    assert kernel.source is not None and "ember_store_float32x8(&D[i * 8]" in kernel.source
+
+
+def test_unroll_pragma_from_unroll_max_step() -> None:
+    a, c = Buffer("A", (8, 4), F32), Buffer("C", (8,), F32)
+    reduce = loop(k, 4, Store(c, (i,), Load(c, (i,)) + Load(a, (i, k))))
+    body = loop(i, 8, seq(Store(c, (i,), Const(0.0, F32)), reduce), unroll=16)
+    func = PrimFunc("row_sum", (a, c), body)
+    kernel, (a_in, c_out) = run_both(func, inputs_for(func))
+    np.testing.assert_allclose(c_out, a_in.sum(axis=1), rtol=1e-5, atol=1e-6)
+    assert kernel.source is not None and "#pragma GCC unroll 4" in kernel.source
+
+
+MATH = ["exp", "log", "sqrt", "tanh", "erf", "sigmoid", "abs", "floor", "ceil", "round"]
+MATH += ["sin", "cos", "log1p", "expm1"]
+
+
+@pytest.mark.parametrize("lanes", [1, 8])
+def test_math_functions(lanes: int) -> None:
+    a = Buffer("A", (16,), F32)
+    outs = [Buffer(f"out_{name}", (16,), F32) for name in MATH]
+    pow_out, fmod_out = Buffer("out_pow", (16,), F32), Buffer("out_fmod", (16,), F32)
+    x = Load(a, (i * lanes + v,))
+    positive = call("abs", x) + 0.5
+    stores = [
+        Store(out, (i * lanes + v,), call(name, positive if name in ("log", "sqrt") else x))
+        for name, out in zip(MATH, outs, strict=True)
+    ]
+    stores.append(Store(pow_out, (i * lanes + v,), call("pow", positive, x)))
+    stores.append(Store(fmod_out, (i * lanes + v,), call("fmod", x, Const(0.75, F32))))
+    kind = ForKind.VECTORIZED if lanes > 1 else ForKind.SERIAL
+    body = loop(i, 16 // lanes, loop(v, lanes, seq(*stores), kind))
+    func = PrimFunc(f"math_{lanes}", (a, *outs, pow_out, fmod_out), body)
+    arrays = inputs_for(func)
+    arrays[0][:6] = [0.5, 1.5, 2.5, -0.5, -2.5, 3.5]  # round: half to even
+    _, results = run_both(func, arrays)
+    x_in = results[0]
+    np.testing.assert_array_equal(results[1 + MATH.index("round")], np.round(x_in))
+    np.testing.assert_allclose(results[1 + MATH.index("exp")], np.exp(x_in), rtol=1e-6)
+    sigmoid = 1 / (1 + np.exp(-x_in.astype(np.float64)))
+    np.testing.assert_allclose(results[1 + MATH.index("sigmoid")], sigmoid, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_integer_floor_division_and_modulo_with_negatives(dtype: str, lanes: int) -> None:
+    a, b = Buffer("A", (8,), dtype), Buffer("B", (8,), dtype)
+    quotient, remainder = Buffer("Q", (8,), dtype), Buffer("R", (8,), dtype)
+    truncated = Buffer("T", (8,), dtype)
+    index = i * lanes + v
+    x, y = Load(a, (index,)), Load(b, (index,))
+    stores = seq(
+        Store(quotient, (index,), x // y),
+        Store(remainder, (index,), x % y),
+        Store(truncated, (index,), binary(BinaryOp.DIV, x, y)),
+    )
+    kind = ForKind.VECTORIZED if lanes > 1 else ForKind.SERIAL
+    func = PrimFunc(
+        "divmod",
+        (a, b, quotient, remainder, truncated),
+        loop(i, 8 // lanes, loop(v, lanes, stores, kind)),
+    )
+    arrays = inputs_for(func)
+    arrays[0][:] = [7, -7, 7, -7, 0, -1, 13, -13]
+    arrays[1][:] = [2, 2, -2, -2, 3, 5, -4, 4]
+    _, (x_in, y_in, q, r, tr) = run_both(func, arrays)
+    np.testing.assert_array_equal(q, x_in // y_in)
+    np.testing.assert_array_equal(r, x_in % y_in)
+    np.testing.assert_array_equal(tr, np.trunc(x_in / y_in).astype(dtype))
+
+
+def test_float_floor_division_and_modulo_match_numpy() -> None:
+    a, b = Buffer("A", (8,), F32), Buffer("B", (8,), F32)
+    quotient, remainder = Buffer("Q", (8,), F32), Buffer("R", (8,), F32)
+    x, y = Load(a, (i,)), Load(b, (i,))
+    body = loop(i, 8, seq(Store(quotient, (i,), x // y), Store(remainder, (i,), x % y)))
+    func = PrimFunc("fdivmod", (a, b, quotient, remainder), body)
+    arrays = inputs_for(func)
+    arrays[0][:] = [7.5, -7.5, 7.5, -7.5, 0.0, -1.0, 6.0, -0.25]
+    arrays[1][:] = [2.0, 2.0, -2.0, -2.0, 3.0, 0.5, 1.5, 4.0]
+    _, (x_in, y_in, q, r) = run_both(func, arrays)
+    np.testing.assert_array_equal(q, np.floor_divide(x_in, y_in))
+    np.testing.assert_array_equal(r, np.remainder(x_in, y_in))
+
+
+@pytest.mark.parametrize("lanes", [1, 8])
+def test_bool_buffers_comparisons_and_select(lanes: int) -> None:
+    a, b, mask = Buffer("A", (16,), F32), Buffer("B", (16,), F32), Buffer("M", (16,), "bool")
+    greater, picked = Buffer("greater", (16,), "bool"), Buffer("picked", (16,), F32)
+    logic, as_float = Buffer("logic", (16,), "bool"), Buffer("as_float", (16,), F32)
+    index = i * lanes + v
+    x, y, m = Load(a, (index,)), Load(b, (index,)), Load(mask, (index,))
+    stores = seq(
+        Store(greater, (index,), x > y),
+        Store(picked, (index,), select(m, x, select(x > 0.0, x, x * 0.1))),
+        Store(logic, (index,), logical_or(logical_and(m, x < y), logical_not(cast("bool", y)))),
+        Store(as_float, (index,), cast(F32, m) + cast(F32, x >= y) * 2.0),
+    )
+    kind = ForKind.VECTORIZED if lanes > 1 else ForKind.SERIAL
+    body = loop(i, 16 // lanes, loop(v, lanes, stores, kind))
+    func = PrimFunc(f"bools_{lanes}", (a, b, mask, greater, picked, logic, as_float), body)
+    arrays = inputs_for(func)
+    arrays[1][:4] = 0.0  # cast("bool", 0.0) is false
+    _, (x_in, y_in, m_in, g, p, lg, f) = run_both(func, arrays)
+    np.testing.assert_array_equal(g, x_in > y_in)
+    np.testing.assert_array_equal(
+        p, np.where(m_in, x_in, np.where(x_in > 0, x_in, x_in * np.float32(0.1)))
+    )
+    np.testing.assert_array_equal(lg, (m_in & (x_in < y_in)) | (y_in == 0))
+    np.testing.assert_array_equal(f, m_in + (x_in >= y_in) * 2.0)
+    assert set(np.unique(g.view(np.uint8))) <= {0, 1}
+
+
+@pytest.mark.parametrize("lanes", [1, 8])
+def test_min_max_propagate_nan_like_the_interpreter(lanes: int) -> None:
+    a, lo, hi = Buffer("A", (8,), F32), Buffer("lo", (8,), F32), Buffer("hi", (8,), F32)
+    x, index = Load(a, (i * lanes + v,)), i * lanes + v
+    clip = minimum(maximum(x, Const(-1.0, F32)), Const(1.0, F32))
+    stores = seq(Store(lo, (index,), clip), Store(hi, (index,), maximum(Const(0.0, F32), x)))
+    kind = ForKind.VECTORIZED if lanes > 1 else ForKind.SERIAL
+    func = PrimFunc("clip", (a, lo, hi), loop(i, 8 // lanes, loop(v, lanes, stores, kind)))
+    arrays = inputs_for(func)
+    arrays[0][:3] = [np.nan, np.inf, -np.inf]
+    _, (_, low, high) = run_both(func, arrays)
+    assert np.isnan(low[0]) and low[1] == 1.0 and low[2] == -1.0
+    assert high[1] == np.inf
+
+
+def test_strided_gathered_and_scattered_vector_accesses() -> None:
+    a, row, c = Buffer("A", (8, 8), F32), Buffer("A_row", (8,), F32), Buffer("C", (8, 8), F32)
+    index, index32 = Buffer("I", (8,), "int64"), Buffer("J", (8,), "int32")
+    # C[v, i] = A[i, v] + A[I[v] mod 8, i] + A_row[J[v] mod 8]: a strided store, a
+    # contiguous load and gathers with int64 and int32 indices.
+    value = Load(a, (i, v)) + Load(a, (Load(index, (v,)) % 8, i))
+    value = value + Load(row, (Load(index32, (v,)) % Const(8, "int32"),))
+    func = PrimFunc(
+        "transpose",
+        (a, row, index, index32, c),
+        loop(i, 8, loop(v, 8, Store(c, (v, i), value), ForKind.VECTORIZED)),
+    )
+    kernel, (a_in, row_in, idx, idx32, c_out) = run_both(func, inputs_for(func))
+    expected = a_in.T + a_in[idx % 8, :] + row_in[idx32 % 8][:, None]
+    np.testing.assert_allclose(c_out, expected, rtol=1e-6)
+    source = kernel.source or ""
+    for helper in ("store_strided", "gather_float32x8(", "gather_float32x8_by_int32("):
+        assert f"ember_{helper}" in source
+
+
+def test_global_allocation_on_the_heap_and_names_that_need_cleaning() -> None:
+    a, c = Buffer("input.0", (64,), F32), Buffer("int", (64,), F32)
+    tmp = Buffer("input.0", (64,), F32, "global")  # same name, another buffer
+    body = Allocate(
+        tmp,
+        seq(
+            loop(i, 64, Store(tmp, (i,), Load(a, (i,)) * 2.0)),
+            loop(i, 64, Store(c, (i,), Load(tmp, (63 - i,)) + 1.0)),
+        ),
+    )
+    func = PrimFunc("reverse.double", (a, c), body)
+    kernel, (a_in, c_out) = run_both(func, inputs_for(func))
+    np.testing.assert_allclose(c_out, a_in[::-1] * 2 + 1, rtol=1e-6)
+    source = kernel.source or ""
+    assert "aligned_alloc(64, 256)" in source and "free(input_0_1);" in source
+    assert re.search(
+        r"void reverse_double\(const float\* restrict input_0, float\* restrict int_1\)", source
+    )
+
+
+def test_small_integer_arithmetic_wraps_like_the_dtype() -> None:
+    a, c = Buffer("A", (4,), "int8"), Buffer("C", (4,), "int8")
+    func = PrimFunc(
+        "wrap",
+        (a, c),
+        loop(i, 4, Store(c, (i,), (Load(a, (i,)) + Const(100, "int8")) // Const(2, "int8"))),
+    )
+    arrays = inputs_for(func)
+    arrays[0][:] = [100, 27, -100, 28]
+    _, (_, c_out) = run_both(func, arrays)
+    assert list(c_out) == [-28, 63, 0, -64]
+
+
+def test_unsupported_dtype_is_a_codegen_error() -> None:
+    a, c = Buffer("A", (4,), "float16"), Buffer("C", (4,), "float16")
+    func = PrimFunc("half", (a, c), loop(i, 4, Store(c, (i,), Load(a, (i,)))))
+    with pytest.raises(CodegenError, match=r"float16 is not supported.*cast"):
+        render_c(func)
+
+
+def test_select_on_a_scalar_condition_stays_lazy_around_vector_branches() -> None:
+    """Row padding: out[i, :] = A[i - 1, :] for i >= 1, else 0; only the vector branch
+    taken is evaluated, so row -1 is never read."""
+    a, out = Buffer("A", (3, 8), F32), Buffer("out", (4, 8), F32)
+    value = select(i >= 1, Load(a, (i - 1, v)), Const(0.0, F32))
+    body = loop(i, 4, loop(v, 8, Store(out, (i, v), value), ForKind.VECTORIZED))
+    kernel, (a_in, padded) = run_both(
+        PrimFunc("pad_rows", (a, out), body), inputs_for(PrimFunc("pad_rows", (a, out), body))
+    )
+    np.testing.assert_array_equal(padded, np.concatenate([np.zeros((1, 8), np.float32), a_in]))
+    assert kernel.source is not None and "i >= 1 ? ember_load_float32x8(" in kernel.source
+
+
+@settings(max_examples=10, deadline=None)
+@given(load_index=index_exprs())
+def test_random_vector_index_arithmetic_compiles_to_the_same_results(load_index: Expr) -> None:
+    """Index expressions of the lane (ramps, gathers, vector floordiv/mod/max, casts)
+    rendered as C agree with the interpreter."""
+    a, out = Buffer("A", (64,), F32), Buffer("out", (3, 8), F32)
+    value = Load(a, (load_index % 64,)) + cast(F32, load_index)
+    body = loop(i, 3, loop(v, 8, Store(out, (i, v), value), ForKind.VECTORIZED))
+    func = PrimFunc("random_index", (a, out), body)
+    run_both(func, inputs_for(func))

@@ -1,0 +1,28 @@
+"""Elementwise and broadcasting math references at the edges of their dtypes (the ONNX
+converter tests in tests/frontend/test_onnx_math.py cover the ordinary cases)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember.graph.ir import NoAttrs
+from ember.graph.ops import evaluate
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint64"])
+def test_integer_division_is_exact_beyond_float_precision(dtype: str) -> None:
+    # 2**53 + 1 and up have no exact float64; C's integer division has no rounding.
+    numerators = [2**53 + 1, 2**62 + 3, 9, 2**63 - 1]
+    denominators = [1, 2, 4, 3]
+    a, b = np.array(numerators, dtype), np.array(denominators, dtype)
+    (quotient,) = evaluate("divide", [a, b], NoAttrs())
+    assert quotient.dtype == np.dtype(dtype)
+    assert quotient.tolist() == [n // d for n, d in zip(numerators, denominators, strict=True)]
+
+
+def test_integer_division_truncates_toward_zero_for_every_sign() -> None:
+    a = np.array([-(2**62) - 1, 2**62 + 1, -7, 7], np.int64)
+    b = np.array([2, -2, 2, -2], np.int64)
+    (quotient,) = evaluate("divide", [a, b], NoAttrs())
+    assert quotient.tolist() == [-(2**61), -(2**61), -3, -3]

@@ -1,0 +1,254 @@
+"""The code-generation core's main check: every op topi can declare, compiled through
+the whole path (graph -> fuse -> group_to_dag -> default_schedule -> lower -> C ->
+gcc) and run on this host, equals the reference interpreter; so do small networks,
+group by group.
+
+Tolerance is fp32 rtol 1e-4 / atol 1e-5 everywhere. Kernels keep IEEE semantics (no
+-ffast-math); the differences left are FMA contraction and summation order in
+reductions, and libm's exp/log/tanh/erf against NumPy's (within a few ulp).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from ember.graph import GraphBuilder
+from ember.graph.interpret import interpret
+from ember.graph.ir import Attrs, Graph, NoAttrs, Params
+from ember.graph.ops import all_ops
+from ember.graph.ops.attrs import (
+    AlphaAttrs,
+    ArgReduceAttrs,
+    AxisAttrs,
+    BatchNormAttrs,
+    BlockAttrs,
+    CastAttrs,
+    ClipAttrs,
+    ConvAttrs,
+    ConvTransposeAttrs,
+    GeluAttrs,
+    HardSigmoidAttrs,
+    InstanceNormAttrs,
+    LayerNormAttrs,
+    LayoutAttrs,
+    PadAttrs,
+    PoolAttrs,
+    ReduceAttrs,
+    ReshapeAttrs,
+    ResizeAttrs,
+    SeluAttrs,
+    ShapeAttrs,
+    SliceAttrs,
+    SplitAttrs,
+    TileAttrs,
+    TransposeAttrs,
+)
+from ember.graph.ops.nn import LrnAttrs
+from ember.graph.ops.sparse import SparseDenseAttrs
+from ember.graph.passes import convert_layout, fold_batch_norm, fuse, simplify
+from ember.kernel import build_groups
+from ember.target import Target
+from ember.testing import get_workload
+from ember.topi import NOT_EXPRESSIBLE
+
+RTOL = 1e-4
+ATOL = 1e-5
+TARGET = Target("llvm")
+
+
+def rand(*shape: int, seed: int = 0, low: float | None = None, dtype: str = "float32"):
+    """Standard normal floats (or uniform in [low, low + 2)), random bools, or ints."""
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.startswith("int"):
+        return rng.integers(-9, 10, size=shape).astype(dtype)
+    values = rng.standard_normal(shape) if low is None else low + 2 * rng.random(shape)
+    return values.astype(dtype)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One op on arrays: the first `data` arrays are graph inputs, the rest params.
+    `epilogue` ("last" / "channel1") adds a bias over that axis and a relu."""
+
+    op: str
+    arrays: tuple[np.ndarray, ...]
+    attrs: Attrs = NoAttrs()
+    data: int = 1
+    epilogue: str = ""
+
+
+def case(op: str, arrays: Sequence[np.ndarray], attrs: Attrs | None = None, **kw) -> Case:
+    return Case(op, tuple(np.asarray(a) for a in arrays), attrs or NoAttrs(), **kw)
+
+
+def case_id(value: Case) -> str:
+    shapes = "-".join("x".join(map(str, a.shape)) for a in value.arrays[:2])
+    return f"{value.op}-{shapes}{'-epi' if value.epilogue else ''}"
+
+
+# -- the case table ------------------------------------------------------------------
+
+X = rand(2, 3, 5, 7)
+POSITIVE = rand(3, 17, low=0.2)
+UNARY = """abs ceil cos erf exp floor identity negative relu round sigmoid sign sin softplus
+softsign tanh hard_swish mish""".split()
+BINARY = "add subtract multiply maximum minimum equal greater greater_equal less less_equal"
+COMPARE_SHAPES = [((2, 3, 5, 7), (7,)), ((4, 33), (4, 33)), ((3, 1, 5), (1, 4, 1))]
+
+CASES: list[Case] = [case(op, [rand(3, 17)]) for op in UNARY]
+CASES += [case(op, [rand(2, 5, 7, 16)]) for op in ("relu", "exp", "sigmoid")]
+CASES += [
+    case("log", [POSITIVE]),
+    case("sqrt", [POSITIVE]),
+    case("reciprocal", [POSITIVE]),
+    case("logical_not", [rand(5, 9, dtype="bool")]),
+    case("cast", [rand(4, 9)], CastAttrs("int32")),
+    case("cast", [rand(4, 9, dtype="int32")], CastAttrs("float32")),
+    case("clip", [rand(6, 11)], ClipAttrs(-0.5, 0.7)),
+    case("elu", [rand(6, 11)], AlphaAttrs(0.8)),
+    case("leaky_relu", [rand(6, 11)], AlphaAttrs(0.1)),
+    case("gelu", [rand(6, 11)], GeluAttrs("none")),
+    case("gelu", [rand(6, 11)], GeluAttrs("tanh")),
+    case("hard_sigmoid", [rand(6, 11)], HardSigmoidAttrs(0.2, 0.5)),
+    case("selu", [rand(6, 11)], SeluAttrs(1.67, 1.05)),
+]
+for op in BINARY.split():
+    CASES += [case(op, [rand(*a), rand(*b, seed=1)], data=2) for a, b in COMPARE_SHAPES]
+CASES += [
+    case("divide", [rand(3, 19), rand(3, 19, seed=1, low=0.5)], data=2),
+    case("power", [rand(3, 19, low=0.1), rand(19, seed=1)]),
+    case("floor_mod", [rand(3, 19), rand(3, 19, seed=1, low=0.5)], data=2),
+    case("mod", [rand(3, 19, dtype="int32"), np.full((3, 19), 4, "int32")], data=2),
+    case("prelu", [rand(2, 4, 3, 5), rand(4, 1, 1, seed=1)]),
+    case("where", [rand(3, 16, dtype="bool"), rand(3, 16, seed=1), rand(16, seed=2)], data=3),
+    case("broadcast_to", [rand(3, 1, 5)], ShapeAttrs((2, 3, 4, 5))),
+    case(
+        "batch_norm",
+        [X, rand(3, seed=1), rand(3, seed=2), rand(3, seed=3), rand(3, seed=4, low=0.5)],
+        BatchNormAttrs(1e-5, 1),
+    ),
+]
+CASES += [case(op, [rand(7, 9, dtype="bool"), rand(7, 9, 1, dtype="bool")], data=2) for op in (
+    "logical_and", "logical_or", "logical_xor")]  # fmt: skip
+# Injective ops.
+CASES += [
+    case("reshape", [X], ReshapeAttrs((6, 35))),
+    case("transpose", [X], TransposeAttrs((0, 2, 3, 1))),
+    case("transpose", [rand(33, 17)], TransposeAttrs((1, 0))),
+    case("concat", [X, rand(2, 1, 5, 7, seed=1), rand(2, 4, 5, 7, seed=2)], AxisAttrs(1), data=3),
+    case("split", [X], SplitAttrs(3, (2, 5))),
+    case("slice", [X], SliceAttrs((0, 1, 4, 0), (2, 3, -1, 7), (1, 1, -2, 2))),
+    case("gather", [X, np.array([[2, -1], [0, 0]], "int64")], AxisAttrs(2)),
+    case("gather_elements", [rand(3, 4), np.array([[0, 2, -1], [1, 1, 0]], "int64")], AxisAttrs(1)),
+    case("pad", [X], PadAttrs((0, 1, 2, 0, 0, 2, 1, 3), "constant", 1.5)),
+    case("pad", [X], PadAttrs((0, 2, 3, 1, 1, 0, 2, 4), "reflect")),
+    case("pad", [X], PadAttrs((1, 0, 4, 1, 0, 3, 2, 2), "edge")),
+    case("tile", [rand(2, 1, 3)], TileAttrs((2, 3, 1))),
+    case("depth_to_space", [rand(2, 8, 3, 2)], BlockAttrs(2, "DCR", "NCHW")),
+    case("depth_to_space", [rand(2, 3, 2, 8)], BlockAttrs(2, "CRD", "NHWC")),
+    case("space_to_depth", [rand(2, 3, 4, 6)], BlockAttrs(2, "DCR", "NCHW")),
+    case("space_to_depth", [rand(2, 4, 6, 3)], BlockAttrs(2, "CRD", "NHWC")),
+    case("resize", [rand(1, 2, 4, 5)], ResizeAttrs((1, 2, 7, 9), (1, 1, 7 / 4, 9 / 5), "nearest")),
+    case("resize", [rand(1, 2, 4, 5)], ResizeAttrs((1, 2, 8, 10), (1, 1, 2, 2), "linear")),
+    case("resize", [rand(1, 4, 4, 3)], ResizeAttrs((1, 7, 9, 3), (1, 7 / 4, 9 / 4, 1), "cubic")),
+]
+# Reductions.
+CASES += [
+    case(op, [rand(2, 5, 6, 7, low=0.1)], ReduceAttrs(axes, keep))
+    for op in """reduce_sum reduce_mean reduce_max reduce_min reduce_prod reduce_l1 reduce_l2
+    reduce_log_sum_exp reduce_sum_square""".split()
+    for axes, keep in (((1,), True), ((2, 3), False))
+]
+CASES += [
+    case("reduce_sum", [rand(37)], ReduceAttrs((0,), False)),
+    case("reduce_mean", [rand(3, 40)], ReduceAttrs((1,), True)),
+    case("argmax", [X], ArgReduceAttrs(1, True)),
+    case("argmin", [X], ArgReduceAttrs(3, False)),
+    case("softmax", [rand(3, 37)], AxisAttrs(1)),
+    case("softmax", [X], AxisAttrs(1)),
+    case("log_softmax", [rand(4, 21)], AxisAttrs(-1)),
+    case("layer_norm", [rand(3, 5, 24), rand(24, seed=1), rand(24, seed=2)], LayerNormAttrs(-1, 1e-5)),
+    case("instance_norm", [X, rand(3, seed=1), rand(3, seed=2)], InstanceNormAttrs(1e-5, "NCHW")),
+    case("lrn", [rand(1, 7, 5, 6)], LrnAttrs(3, 1e-3, 0.75, 1.0)),
+]
+
+
+def conv_case(layout: str, n: int, hw: tuple[int, int], c: int, k: int, kernel: tuple[int, int],
+              strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), groups=1, epilogue=True,
+              seed=0) -> Case:  # fmt: skip
+    h, w = hw
+    if layout == "NHWC":
+        data, weight = rand(n, h, w, c, seed=seed), rand(*kernel, c // groups, k, seed=seed + 1)
+        attrs = ConvAttrs(strides, pads, dilations, groups, "NHWC", "HWIO")
+    else:
+        data, weight = rand(n, c, h, w, seed=seed), rand(k, c // groups, *kernel, seed=seed + 1)
+        attrs = ConvAttrs(strides, pads, dilations, groups, "NCHW", "OIHW")
+    side = ("last" if layout == "NHWC" else "channel1") if epilogue else ""
+    return case("conv", [data, weight], attrs, epilogue=side)
+
+
+for layout in ("NHWC", "NCHW"):
+    CASES += [
+        conv_case(layout, 1, (14, 14), 16, 32, (3, 3), pads=(1, 1, 1, 1)),
+        conv_case(layout, 2, (9, 13), 5, 24, (3, 3), strides=(2, 2), pads=(1, 0, 2, 1)),
+        conv_case(layout, 1, (11, 11), 8, 16, (1, 1), epilogue=False),
+        conv_case(layout, 1, (17, 15), 3, 7, (7, 7), strides=(2, 2), pads=(3, 3, 3, 3)),
+        conv_case(layout, 1, (10, 12), 12, 18, (3, 3), pads=(2, 2, 2, 2), dilations=(2, 2), groups=3),
+        conv_case(layout, 2, (15, 15), 32, 32, (3, 3), pads=(1, 1, 1, 1), groups=32),
+        conv_case(layout, 1, (8, 8), 24, 24, (3, 3), strides=(2, 2), pads=(0, 0, 1, 1), groups=24),
+    ]
+    pool = PoolAttrs((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, False, layout)
+    pool_ceil = PoolAttrs((2, 2), (2, 2), (0, 0, 0, 0), (1, 1), True, True, layout)
+    image = rand(2, 9, 11, 12) if layout == "NHWC" else rand(2, 12, 9, 11)
+    CASES += [
+        case("max_pool", [image], pool),
+        case("avg_pool", [image], pool),
+        case("avg_pool", [image], pool_ceil),
+        case("max_pool", [image], pool_ceil, epilogue="last" if layout == "NHWC" else "channel1"),
+        case("global_avg_pool", [image], LayoutAttrs(layout)),
+        case("global_max_pool", [image], LayoutAttrs(layout)),
+    ]
+CASES += [
+    case(
+        "conv",
+        [rand(1, 3, 6, 8, 8), rand(4, 3, 3, 3, 3, seed=1)],
+        ConvAttrs((1, 2, 2), (1, 1, 1, 1, 1, 1), (1, 1, 1), 1, "NCDHW", "OIDHW"),
+    ),
+    case(
+        "conv",
+        [rand(1, 6, 8, 8, 3), rand(3, 3, 3, 3, 8, seed=1)],
+        ConvAttrs((1, 1, 1), (1, 1, 1, 1, 1, 1), (1, 1, 1), 1, "NDHWC", "DHWIO"),
+        epilogue="last",
+    ),
+    case(
+        "conv_transpose",
+        [rand(1, 4, 5, 5), rand(4, 3, 3, 3, seed=1)],
+        ConvTransposeAttrs((2, 2), (1, 1, 1, 1), (1, 1), (1, 1), 1, "NCHW"),
+    ),
+    case("dense", [rand(3, 40), rand(24, 40, seed=1)], epilogue="last"),
+    case("dense", [rand(1, 64), rand(19, 64, seed=1)]),
+    case("dense", [rand(16, 33), rand(48, 33, seed=1)], epilogue="last"),
+    case("matmul", [rand(5, 40), rand(40, 32, seed=1)], epilogue="last"),
+    case("matmul", [rand(2, 7, 9), rand(2, 9, 13, seed=1)], data=2),
+    case("matmul", [rand(2, 1, 3, 5), rand(3, 5, 2, seed=1)], data=2),
+]
+
+
+def _sparse_case() -> Case:
+    rng = np.random.default_rng(5)
+    blocks = rng.random((4, 3)) < 0.5
+    blocks[0, 0] = True
+    indptr = np.concatenate([[0], np.cumsum(blocks.sum(axis=1))]).astype("int32")
+    indices = np.nonzero(blocks)[1].astype("int32")
+    data = rand(len(indices), 2, 4, seed=6)
+    attrs = SparseDenseAttrs((8, 12), (2, 4))
+    return case("sparse_dense", [rand(3, 12), data, indices, indptr], attrs)
+
+
+CASES.append(_sparse_case())

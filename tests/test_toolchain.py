@@ -1,0 +1,273 @@
+"""Toolchain: compiler choice and flags, the build cache, loading and calling kernels
+with checked arguments, and aarch64 kernels cross-compiled and run under qemu."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ember import toolchain
+from ember.codegen import output_args
+from ember.errors import EmberError, KernelCallError, ToolchainError
+from ember.loop.ir import Buffer, For, ForKind, Load, PrimFunc, Stmt, Store, seq
+from ember.target import Target
+from ember.te.expr import Const, Var, call, maximum
+from ember.toolchain import (
+    build_kernel,
+    compile_executable,
+    compile_shared,
+    find_compiler,
+    kernel_source,
+    load_kernel,
+)
+
+F32 = "float32"
+i, k, v = Var("i"), Var("k"), Var("v")
+AARCH64 = "llvm -mtriple=aarch64-linux-gnu -mattr=+neon"
+
+
+@pytest.fixture(autouse=True)
+def kernel_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    yield tmp_path
+
+
+def loop(var: Var, extent: int, body: Stmt, kind: ForKind = ForKind.SERIAL) -> For:
+    return For(var, Const(extent), kind, body)
+
+
+def scale_kernel(n: int = 16, name: str = "scale") -> PrimFunc:
+    a, c = Buffer("A", (n,), F32), Buffer("C", (n,), F32)
+    body = loop(i, n, Store(c, (i,), Load(a, (i,)) * 2.0), ForKind.PARALLEL)
+    return PrimFunc(name, (a, c), body)
+
+
+def test_host_compiler_flags() -> None:
+    compiler = find_compiler(Target("llvm"))
+    argv = compiler.argv("-c", "x.c")
+    for flag in ("-O3", "-fopenmp", "-fPIC", "-std=c11", "-ffp-contract=fast", "-march=native"):
+        assert flag in argv
+    assert "-ffast-math" not in argv
+    assert compiler.version
+    assert "-march=znver4" in find_compiler("llvm -mcpu=znver4").flags
+
+
+def test_cross_flags_come_from_cpu_and_attributes() -> None:
+    flags = toolchain._target_flags
+    assert flags(Target("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -mattr=+neon")) == (
+        "-mcpu=cortex-a72",
+    )
+    assert flags(Target("llvm -mtriple=aarch64-linux-gnu -mattr=+neon,+dotprod")) == (
+        "-march=armv8-a+dotprod",
+    )
+    assert flags(Target("llvm -mtriple=x86_64-linux-gnu -mattr=+avx2,-avx512f")) == (
+        "-mavx2",
+        "-mno-avx512f",
+    )
+    assert "-static-openmp" in flags(Target("llvm -mtriple=aarch64-linux-android"))
+
+
+def test_missing_cross_compiler_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH
+    with pytest.raises(ToolchainError) as error:
+        find_compiler(Target("llvm -mtriple=aarch64-linux-gnu -mattr=+neon"))
+    assert "aarch64-linux-gnu-gcc" in str(error.value)
+    assert "apt-get install gcc-aarch64-linux-gnu" in str(error.value)
+    with pytest.raises(ToolchainError, match="install gcc"):
+        find_compiler(Target("llvm"))
+
+
+def test_android_needs_ember_ndk_cc(monkeypatch: pytest.MonkeyPatch) -> None:
+    target = Target("llvm -mtriple=aarch64-linux-android -mattr=+neon")
+    monkeypatch.delenv("EMBER_NDK_CC", raising=False)
+    with pytest.raises(ToolchainError, match="set EMBER_NDK_CC"):
+        find_compiler(target)
+    monkeypatch.setenv("EMBER_NDK_CC", "/nonexistent/aarch64-linux-android28-clang")
+    with pytest.raises(ToolchainError, match="is not an executable"):
+        find_compiler(target)
+
+
+def test_cuda_and_cross_targets_cannot_be_built_for_this_machine() -> None:
+    with pytest.raises(ToolchainError, match="CPU target"):
+        find_compiler("cuda -arch=sm_90")
+    foreign = "llvm -mtriple=riscv64-linux-gnu" if toolchain.host_triple()[:3] != "ris" else AARCH64
+    with pytest.raises(ToolchainError, match="compile_shared"):
+        build_kernel(scale_kernel(), foreign)
+
+
+def test_second_build_hits_the_cache(monkeypatch: pytest.MonkeyPatch, kernel_cache: Path) -> None:
+    source = kernel_source(scale_kernel())
+    first = compile_shared([source], "llvm")
+    assert first.parent == kernel_cache / "kernels" and first.suffix == ".so"
+
+    def no_compiler(*args: object) -> None:
+        raise AssertionError("the compiler ran again")
+
+    monkeypatch.setattr(toolchain, "_run", no_compiler)
+    assert compile_shared([source], "llvm") == first
+    assert list((kernel_cache / "kernels").iterdir()) == [first]  # no temporaries left
+
+
+def test_several_sources_compile_in_parallel_into_one_library() -> None:
+    funcs = [scale_kernel(16), scale_kernel(32, "scale_32")]
+    path = compile_shared([kernel_source(f) for f in funcs], "llvm")
+    for func, n in zip(funcs, (16, 32), strict=True):
+        a, c = np.arange(n, dtype=np.float32), np.zeros(n, np.float32)
+        load_kernel(path, func)(a, c)
+        np.testing.assert_array_equal(c, a * 2)
+
+
+def test_compile_errors_keep_the_source(kernel_cache: Path) -> None:
+    with pytest.raises(ToolchainError) as error:
+        compile_shared(["void broken( {"], "llvm")
+    message = str(error.value)
+    assert "compiling generated code failed" in message
+    kept = next((kernel_cache / "kernels" / "failed").iterdir())
+    assert str(kept) in message and kept.read_text() == "void broken( {"
+
+
+def test_kernel_arguments_are_checked() -> None:
+    func = scale_kernel()
+    kernel = build_kernel(func)
+    a, c = np.ones(16, np.float32), np.zeros(16, np.float32)
+    kernel(a, c)
+    np.testing.assert_array_equal(c, 2 * a)
+    cases = [
+        ((a,), "takes 2 arrays (A, C), got 1"),
+        (
+            (a, np.zeros(15, np.float32)),
+            "expected a float32 array of shape (16,), got a float32 array of shape (15,)",
+        ),
+        ((a.astype(np.float64), c), "argument 0 ('A')"),
+        ((a, [0.0] * 16), "must be a NumPy array, not list"),
+        ((np.ones(32, np.float32)[::2], c), "not C-contiguous"),
+        ((a, a), "overlaps argument 0"),
+    ]
+    readonly = np.zeros(16, np.float32)
+    readonly.flags.writeable = False
+    cases.append(((a, readonly), "read-only"))
+    for args, message in cases:
+        with pytest.raises(KernelCallError) as error:
+            kernel(*args)  # type: ignore[arg-type]
+        assert message in str(error.value)
+        assert isinstance(error.value, EmberError)
+
+
+def test_loading_a_library_without_the_kernel_is_an_error() -> None:
+    path = compile_shared([kernel_source(scale_kernel())], "llvm")
+    other = PrimFunc("other", scale_kernel().args, scale_kernel().body)
+    with pytest.raises(KernelCallError, match="no entry point other_packed"):
+        load_kernel(path, other)
+
+
+# -- aarch64: cross-compile, link a static driver, run under qemu ----------------------
+
+
+def _cross_tools_missing() -> str | None:
+    missing = [tool for tool in ("aarch64-linux-gnu-gcc", "qemu-aarch64") if not shutil.which(tool)]
+    if missing:
+        return (
+            f"{' and '.join(missing)} not installed: `make test` installs gcc-aarch64-linux-gnu "
+            "and qemu-user when run as root with apt-get"
+        )
+    return None
+
+
+def driver_source(func: PrimFunc) -> str:
+    """A C main that reads every argument buffer from argv[1], calls the kernel and
+    writes every buffer to argv[2]."""
+    from ember.codegen.c import entry_symbols
+
+    _, packed = entry_symbols(func)
+    sizes = ", ".join(str(b.size * np.dtype(b.dtype).itemsize) for b in func.args)
+    count = len(func.args)
+    return f"""\
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+int32_t {packed}(void* const* args, int32_t num_args);
+static const size_t sizes[{count}] = {{{sizes}}};
+int main(int argc, char** argv) {{
+  if (argc != 3) return 2;
+  void* args[{count}];
+  FILE* in = fopen(argv[1], "rb");
+  if (!in) return 3;
+  for (int n = 0; n < {count}; ++n) {{
+    args[n] = aligned_alloc(64, (sizes[n] + 63) / 64 * 64);
+    if (fread(args[n], 1, sizes[n], in) != sizes[n]) return 4;
+  }}
+  fclose(in);
+  int32_t status = {packed}(args, {count});
+  FILE* out = fopen(argv[2], "wb");
+  for (int n = 0; n < {count}; ++n) fwrite(args[n], 1, sizes[n], out);
+  fclose(out);
+  return status;
+}}
+"""
+
+
+def run_under_qemu(func: PrimFunc, arrays: list[np.ndarray], tmp_path: Path) -> list[np.ndarray]:
+    executable = compile_executable(
+        [kernel_source(func), driver_source(func)], AARCH64, static=True
+    )
+    inputs, outputs = tmp_path / "in.bin", tmp_path / "out.bin"
+    inputs.write_bytes(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays))
+    subprocess.run(
+        [
+            "qemu-aarch64",
+            "-L",
+            "/usr/aarch64-linux-gnu",
+            str(executable),
+            str(inputs),
+            str(outputs),
+        ],
+        check=True,
+        timeout=120,
+    )
+    data, results, offset = outputs.read_bytes(), [], 0
+    for array in arrays:
+        results.append(np.frombuffer(data, array.dtype, array.size, offset).reshape(array.shape))
+        offset += array.nbytes
+    return results
+
+
+def aarch64_kernels() -> list[PrimFunc]:
+    """An elementwise kernel with math, and a matmul with a vector accumulator."""
+    a, b, c = Buffer("A", (4, 8), F32), Buffer("B", (8,), F32), Buffer("C", (4, 8), F32)
+    value = call("tanh", maximum(Load(a, (i, v)) + Load(b, (v,)), Const(0.0, F32)))
+    elementwise = PrimFunc(
+        "add_relu_tanh",
+        (a, b, c),
+        loop(i, 4, loop(v, 8, Store(c, (i, v), value), ForKind.VECTORIZED), ForKind.PARALLEL),
+    )
+    x, w, out = Buffer("X", (3, 5), F32), Buffer("W", (5, 4), F32), Buffer("Y", (3, 4), F32)
+    update = Store(out, (i, v), Load(out, (i, v)) + Load(x, (i, k)) * Load(w, (k, v)))
+    body = seq(Store(out, (i, v), Const(0.0, F32)), loop(k, 5, update))
+    matmul = PrimFunc("matmul", (x, w, out), loop(i, 3, loop(v, 4, body, ForKind.VECTORIZED)))
+    return [elementwise, matmul]
+
+
+@pytest.mark.skipif(_cross_tools_missing() is not None, reason=str(_cross_tools_missing()))
+@pytest.mark.parametrize("func", aarch64_kernels(), ids=lambda f: f.name)
+def test_aarch64_kernels_run_under_qemu(func: PrimFunc, tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    outputs = output_args(func)
+    arrays = [
+        np.zeros(b.shape, b.dtype) if b in outputs else rng.standard_normal(b.shape).astype(b.dtype)
+        for b in func.args
+    ]
+    results = run_under_qemu(func, arrays, tmp_path)
+    if func.name == "matmul":
+        expected = arrays[0] @ arrays[1]
+    else:
+        expected = np.tanh(np.maximum(arrays[0] + arrays[1], 0))
+    np.testing.assert_allclose(results[-1], expected, rtol=1e-5, atol=1e-6)
+    source = kernel_source(func)
+    assert "float32x" in source  # really vector code, not a scalar fallback

@@ -1,0 +1,72 @@
+"""Dense, matmul (NumPy broadcasting, vectors) and block-sparse dense declarations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from topi_check import random, run_check
+
+from ember.graph.ops.sparse import SparseDenseAttrs, bsr_from_dense
+
+
+def _sparse_case(batch: int, rows: int, columns: int, block: tuple[int, int], density: float):
+    rng = np.random.default_rng(5)
+    blocks = rng.random((rows // block[0], columns // block[1])) < density
+    mask = np.kron(blocks, np.ones(block)).astype(bool)
+    weight = np.where(mask, random((rows, columns), seed=4), 0).astype("float32")
+    data, indices, indptr = bsr_from_dense(weight, block)
+    attrs = SparseDenseAttrs((rows, columns), block)
+    inputs = [random((batch, columns), seed=3), data, indices, indptr]
+    return pytest.param("sparse_dense", inputs, attrs, id=f"sparse-{block}-{density}")
+
+
+CASES = [
+    pytest.param("dense", [random((3, 7)), random((5, 7), seed=1)], None, id="dense"),
+    pytest.param("dense", [random((2, 3, 6)), random((4, 6), seed=1)], None, id="dense-rank3"),
+    pytest.param("dense", [random((6,)), random((4, 6), seed=1)], None, id="dense-vector"),
+    pytest.param("matmul", [random((3, 5)), random((5, 4), seed=1)], None, id="matmul"),
+    pytest.param(
+        "matmul", [random((2, 1, 3, 5)), random((3, 5, 2), seed=1)], None, id="batch-broadcast"
+    ),
+    pytest.param("matmul", [random((5,)), random((2, 5, 3), seed=1)], None, id="vector-left"),
+    pytest.param("matmul", [random((2, 4, 5)), random((5,), seed=1)], None, id="vector-right"),
+    pytest.param("matmul", [random((5,)), random((5,), seed=1)], None, id="dot"),
+    pytest.param(
+        "matmul", [random((3, 4), "int32"), random((4, 2), "int32", 1)], None, id="matmul-int32"
+    ),
+    _sparse_case(3, 8, 12, (2, 3), 0.5),
+    _sparse_case(2, 6, 8, (1, 1), 0.3),
+    _sparse_case(1, 8, 8, (4, 4), 1.0),
+    _sparse_case(2, 4, 6, (2, 2), 0.0),
+]
+
+
+@pytest.mark.parametrize(("op", "inputs", "attrs"), CASES)
+def test_matches_reference(op, inputs, attrs) -> None:
+    run_check(op, inputs, attrs)
+
+
+def test_dense_prints_like_the_seed() -> None:
+    dag = run_check("dense", [random((1, 8)), random((10, 8))])
+    assert str(dag).splitlines()[-1] == (
+        "T_matmul_NT(i, j) += (placeholder[i, k]*placeholder[j, k])"
+    )
+    assert dag.flop_count == 2 * 10 * 8
+
+
+def test_batch_matmul_reads_broadcast_batch_axes_at_zero() -> None:
+    dag = run_check("matmul", [random((1, 3, 5)), random((4, 5, 2))])
+    assert str(dag).splitlines()[-1] == (
+        "T_batch_matmul_NN(b0, i, j) += (placeholder[0, i, k]*placeholder[b0, k, j])"
+    )
+
+
+def test_sparse_dense_guards_each_rows_blocks() -> None:
+    weight = np.kron(np.eye(3), np.ones((2, 2))).astype("float32")
+    data, indices, indptr = bsr_from_dense(weight, (2, 2))
+    attrs = SparseDenseAttrs((6, 6), (2, 2))
+    dag = run_check("sparse_dense", [random((2, 6)), data, indices, indptr], attrs)
+    text = str(dag)
+    assert "tir.if_then_else(((int64(placeholder[floordiv(n, 2)]) + j) < " in text
+    # The padded block axis has min(nnz blocks, block columns) = 3 entries.
+    assert [a.extent for a in dag.outputs[0].op.reduce_axes] == [3, 2]
