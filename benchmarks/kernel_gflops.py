@@ -36,6 +36,7 @@ def main() -> None:
     import numpy as np
 
     from ember.graph import GraphBuilder
+    from ember.graph.ir import Graph, Params
     from ember.graph.ops.attrs import ConvAttrs
     from ember.graph.passes.fuse import fuse
     from ember.kernel import build_groups
@@ -43,7 +44,7 @@ def main() -> None:
 
     rng = np.random.default_rng(0)
 
-    def conv() -> tuple[object, object, int]:
+    def conv() -> tuple[Graph, Params, int]:
         b = GraphBuilder("conv3x3")
         x = b.input("x", (1, 56, 56, 64))
         w = b.param("w", rng.standard_normal((3, 3, 64, 64)).astype("float32"))
@@ -52,7 +53,7 @@ def main() -> None:
         y = b.add("relu", [b.add("add", [b.add("conv", [x, w], attrs), bias])])
         return (*b.build([y]), 2 * 56 * 56 * 64 * 64 * 9)
 
-    def dense() -> tuple[object, object, int]:
+    def dense() -> tuple[Graph, Params, int]:
         b = GraphBuilder("dense512")
         x = b.input("x", (512, 512))
         w = b.param("w", rng.standard_normal((512, 512)).astype("float32"))
@@ -60,12 +61,16 @@ def main() -> None:
 
     target = Target("llvm")
     print(f"target {target} ({target.fp32_lanes} fp32 lanes), {args.threads} threads")
-    for name, (graph, params, flops) in (("conv3x3 56x56x64->64 NHWC", conv()), ("dense 512^3", dense())):
-        (group,) = fuse(graph, params).groups  # type: ignore[arg-type]
+    for name, (graph, params, flops) in (
+        ("conv3x3 56x56x64->64 NHWC", conv()),
+        ("dense 512^3", dense()),
+    ):
+        (group,) = fuse(graph, params).groups
         (compiled,) = build_groups([group], target)
         if args.dump:
             print(compiled.kernel.source)
-        values = {**params, graph.inputs[0].name: rng.standard_normal(graph.inputs[0].shape).astype("float32")}  # type: ignore[attr-defined]
+        data = graph.inputs[0]
+        values = {**params, data.name: rng.standard_normal(data.shape).astype("float32")}
         arrays = [np.ascontiguousarray(values[v.name]) for v in compiled.inputs]
         outputs = [np.empty(v.shape, v.dtype) for v in compiled.outputs]
         for _ in range(3):

@@ -46,7 +46,20 @@ from ember.loop.ir import PrimFunc
 from ember.loop.vectorize import vectorize
 from ember.target import Target, host_cpu_features, host_triple
 
-BASE_FLAGS = ("-O3", "-std=c11", "-fPIC", "-ffp-contract=fast", "-fopenmp")
+# -fno-tree-loop-vectorize: Ember vectorizes explicitly (vector types for loops a
+# schedule marks vectorized), so the compiler's own loop vectorizer adds little, and
+# GCC 12's miscompiles a loop nest that reads a per-iteration local copy under a guard
+# (if-conversion in an outer-loop-vectorized nest; found by the compiled property test
+# in tests/schedule/test_compiled_schedules.py). Straight-line (SLP) vectorization of
+# unrolled register tiles stays on.
+BASE_FLAGS = (
+    "-O3",
+    "-std=c11",
+    "-fPIC",
+    "-ffp-contract=fast",
+    "-fopenmp",
+    "-fno-tree-loop-vectorize",
+)
 # Vector helpers pass wide vectors by value; they are static inline, so the ABI notes
 # GCC prints about it do not concern us.
 QUIET_FLAGS = ("-Wno-psabi",)

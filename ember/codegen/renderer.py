@@ -411,6 +411,9 @@ class Renderer:
         associative = op.is_logical or (
             op in (BinaryOp.ADD, BinaryOp.MUL) and dtype.startswith(("int", "uint"))
         )
+        # ... and only when the right operand is the same operator: a * (b / c) is not
+        # a * b / c.
+        associative = associative and isinstance(expr.b, Binary) and expr.b.op is op
         right = precedence if associative else precedence + 1
         text = f"{self.wrapped(expr.a, precedence)} {symbol} {self.wrapped(expr.b, right)}"
         if dtype in ("int8", "int16", "uint8", "uint16") and not (

@@ -14,8 +14,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, note, settings
-from hypothesis import strategies as st
 from schedule_cases import (
+    PROPERTY_DAGS,
     allocations,
     apply,
     check,
@@ -25,6 +25,7 @@ from schedule_cases import (
     loops,
     max_dag,
     random_inputs,
+    random_schedule,
     run_lowered,
     softmax_dag,
     stmts,
@@ -40,7 +41,6 @@ from ember.schedule import (
     CacheWriteStep,
     ComputeAtStep,
     ComputeInlineStep,
-    ComputeRootStep,
     FuseStep,
     Location,
     PragmaStep,
@@ -49,7 +49,6 @@ from ember.schedule import (
     ScheduleError,
     SplitStep,
     State,
-    Step,
     infer_bound,
     lower,
 )
@@ -402,82 +401,6 @@ def test_rfactor_of_an_unsplit_axis_and_compute_at() -> None:
 
 
 # -- property: any legal schedule computes the same result -----------------------------
-
-PROPERTY_DAGS: dict[str, Callable[[], te.ComputeDAG]] = {
-    "conv2d": lambda: conv2d_dag(h=4, w=3, c=2, k=3),
-    "dense": lambda: dense_dag(m=3, n=4, k=5),
-    "depthwise": lambda: depthwise_dag(h=4, w=3, c=2),
-    "max": lambda: max_dag(rows=3, cols=4, depth=2),
-}
-
-
-@st.composite
-def random_step(draw: st.DrawFn, state: State) -> Step:
-    """One step with random (maybe illegal) arguments for a random compute stage."""
-    stage_id = draw(
-        st.sampled_from([i for i, s in enumerate(state.stages) if not s.is_placeholder])
-    )
-    count = max(len(state.stages[stage_id].iters), 1)
-    iterator = st.integers(0, count - 1)
-    kinds = ["SP", "SP", "RE", "FU", "AN", "PR", "CA", "CA", "CI", "CR", "CHR", "RF"]
-    kind = draw(st.sampled_from(kinds))
-    if kind == "SP":
-        factors = draw(st.lists(st.integers(1, 4), min_size=1, max_size=2))
-        return SplitStep(stage_id, draw(iterator), tuple(factors))
-    if kind == "RE":
-        return ReorderStep(stage_id, tuple(draw(st.permutations(range(count)))))
-    if kind == "FU":
-        start = draw(iterator)
-        return FuseStep(stage_id, tuple(range(start, start + draw(st.integers(2, 3)))))
-    if kind == "AN":
-        annotation = draw(st.sampled_from([a for a in Annotation if a is not Annotation.NONE]))
-        return AnnotationStep(stage_id, draw(iterator), annotation)
-    if kind == "PR":
-        return PragmaStep(stage_id, draw(iterator), draw(st.sampled_from([0, 16, 64])))
-    if kind == "CA":
-        # Mostly a consumer (legal more often), sometimes any stage.
-        consumers = state.consumers(stage_id) or [stage_id]
-        target = draw(st.sampled_from(consumers) | st.integers(0, len(state.stages) - 1))
-        target_iters = max(len(state.stages[target].iters), 1)
-        return ComputeAtStep(stage_id, target, draw(st.integers(0, target_iters - 1)))
-    if kind == "CI":
-        return ComputeInlineStep(stage_id)
-    if kind == "CHR":
-        source = draw(st.integers(0, len(state.stages) - 1))
-        readers = draw(st.lists(st.sampled_from(state.consumers(source) or [0]), min_size=1))
-        return CacheReadStep(source, draw(st.sampled_from(["local", "global"])), tuple(readers))
-    if kind == "RF":
-        return RfactorStep(stage_id, draw(iterator), draw(st.integers(0, 2)))
-    return ComputeRootStep(stage_id)
-
-
-@st.composite
-def random_schedule(draw: st.DrawFn, dag: te.ComputeDAG) -> State:
-    state = State.initial(dag)
-    if draw(st.booleans()):
-        # cache_write or rfactor first on the anchor reduction, as the search does
-        anchor = max(
-            i
-            for i, s in enumerate(state.stages)
-            if s.name != "T_add" and s.name != "T_relu" and not s.is_placeholder
-        )
-        first = draw(st.sampled_from(["CW", "RF"]))
-        try:
-            if first == "CW":
-                state = CacheWriteStep(anchor).apply(state)
-            else:
-                reduce_iter = len(state.stages[anchor].iters) - 1
-                state = SplitStep(anchor, reduce_iter, (2,)).apply(state)
-                state = RfactorStep(anchor, reduce_iter + draw(st.integers(0, 1)), 0).apply(state)
-        except ScheduleError:
-            pass
-    for _ in range(draw(st.integers(1, 16))):
-        step = draw(random_step(state))
-        try:
-            state = step.apply(state)
-        except ScheduleError:
-            continue
-    return state
 
 
 @pytest.mark.parametrize("workload", sorted(PROPERTY_DAGS))
