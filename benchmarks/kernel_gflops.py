@@ -6,9 +6,12 @@ Kernels: ResNet-50's 3x3 conv 56x56x64 -> 64 (NHWC, batch 1, padding 1, with a b
 ReLU epilogue) and a 512x512x512 dense. Each is built through the normal path
 (graph -> fuse -> group_to_dag -> default_schedule -> lower -> C) and timed by calling
 the kernel from Python (the call overhead is microseconds; the kernels take
-milliseconds). Prints the median time, GFLOP/s (2 x multiply-accumulates / time) and
-the share of the machine's fp32 FMA peak given by --peak (default 530 GFLOP/s, the
-2-thread figure of the performance issue).
+milliseconds). The same graph, exported with ember.testing.to_onnx (NCHW inside for
+the conv, as ONNX requires), runs in ONNX Runtime with the same thread count, timed
+alternately with Ember's kernel in the same loop. Prints the medians, GFLOP/s (2 x
+multiply-accumulates / time), the share of the machine's fp32 FMA peak given by --peak
+(default 530 GFLOP/s, the 2-thread figure of the performance issue) and the
+Ember / ONNX Runtime time ratio.
 """
 
 from __future__ import annotations
@@ -73,20 +76,44 @@ def main() -> None:
         values = {**params, data.name: rng.standard_normal(data.shape).astype("float32")}
         arrays = [np.ascontiguousarray(values[v.name]) for v in compiled.inputs]
         outputs = [np.empty(v.shape, v.dtype) for v in compiled.outputs]
+        session = _onnxruntime_session(graph, params, args.threads)
+        feed = {data.name: values[data.name]}
         for _ in range(3):
             compiled.kernel(*arrays, *outputs)
-        times = []
+            session.run(None, feed)
+        ember_times, ort_times = [], []
         for _ in range(args.repeat):
             start = time.perf_counter()
             compiled.kernel(*arrays, *outputs)
-            times.append(time.perf_counter() - start)
-        median = statistics.median(times)
+            ember_times.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            session.run(None, feed)
+            ort_times.append(time.perf_counter() - start)
+        median = statistics.median(ember_times)
+        ort_median = statistics.median(ort_times)
         gflops = flops / median / 1e9
         print(
-            f"{name:28s} {median * 1e3:8.3f} ms {gflops:8.1f} GFLOP/s "
-            f"{100 * gflops / args.peak:5.1f}% of {args.peak:.0f}"
+            f"{name:28s} ember {median * 1e3:7.3f} ms {gflops:6.1f} GFLOP/s "
+            f"({100 * gflops / args.peak:4.1f}% of {args.peak:.0f})   "
+            f"onnxruntime {ort_median * 1e3:7.3f} ms {flops / ort_median / 1e9:6.1f} GFLOP/s   "
+            f"ember/ort {median / ort_median:5.2f}"
         )
     sys.stdout.flush()
+
+
+def _onnxruntime_session(graph: object, params: object, threads: int) -> object:
+    """ONNX Runtime on the same graph, all graph optimisations on (its best)."""
+    import onnxruntime
+
+    from ember.testing import to_onnx
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    model = to_onnx(graph, params)  # type: ignore[arg-type]
+    return onnxruntime.InferenceSession(
+        model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
+    )
 
 
 if __name__ == "__main__":
