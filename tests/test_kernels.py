@@ -370,3 +370,25 @@ def test_network_kernels_match_the_interpreter(name: str, layout: str) -> None:
     graph, params = simplify(graph, params)
     feeds = {value.name: rand(*value.shape, seed=3) for value in graph.inputs}
     assert check_groups(graph, params, feeds) > 5
+
+
+# Full-size networks: every fused group compiled and compared with the interpreter on
+# the reference values of its inputs (the slow tier, `make test-all`).
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "layout"),
+    [
+        ("resnet-50", "NHWC"),
+        ("mobilenet_v2", "NHWC"),
+        ("inception_v3", "NHWC"),
+        ("resnet-50", "NCHW"),
+    ],
+)
+def test_full_size_network_kernels_match_the_interpreter(name: str, layout: str) -> None:
+    graph, params = get_workload(name)
+    graph, params = fold_batch_norm(graph, params)
+    if layout == "NHWC":
+        graph, params = convert_layout(graph, params, "NHWC")
+    graph, params = simplify(graph, params)
+    feeds = {value.name: rand(*value.shape, seed=3) for value in graph.inputs}
+    assert check_groups(graph, params, feeds) > 20
