@@ -15,10 +15,15 @@ $(VENV)/.installed-base: pyproject.toml | $(BIN)/activate
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/activate
 	$(BIN)/pip install -e '.[test]'
+	touch $@ $(VENV)/.installed-base $(VENV)/.installed-examples
+
+$(VENV)/.installed-examples: pyproject.toml | $(BIN)/activate
+	$(BIN)/pip install -e '.[examples]'
 	touch $@ $(VENV)/.installed-base
 
-demo: $(VENV)/.installed-base
-	$(BIN)/ember info resnet-18
+# Compiles the pretrained EfficientNet-Lite0 of examples/classify and the built-in
+# ResNet-18 (NHWC), runs them, classifies the example's photo; artifacts in build/demo.
+demo: $(VENV)/.installed-examples
 	$(BIN)/python -m ember.testing.demo
 
 # The aarch64 tests cross-compile kernels and run them under qemu. Install the tools
@@ -39,8 +44,8 @@ test-all: $(VENV)/.installed-test cross-tools
 	$(BIN)/python -m pytest -q -m ''
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check ember tests
-	$(BIN)/ruff format --check ember tests
+	$(BIN)/ruff check ember tests examples
+	$(BIN)/ruff format --check ember tests examples
 	$(BIN)/mypy
 
 clean:

@@ -47,3 +47,26 @@ class KernelCallError(EmberError):
 class CodegenError(EmberError):
     """Loop IR uses something the code generator cannot render (e.g. an unsupported
     dtype)."""
+
+
+class ArtifactError(EmberError):
+    """An artifact (.tar) cannot be used: unreadable, incomplete, from another Ember
+    format version, or built for a machine other than this one."""
+
+
+class InputError(EmberError):
+    """An input given to a compiled module does not fit it: unknown name or index,
+    wrong shape or dtype, or never set before `run()`."""
+
+
+class ExecutionError(EmberError):
+    """A compiled module reported an error while creating an instance or running."""
+
+
+class BuildError(EmberError):
+    """`ember.build` cannot build the graph: missing params, an op with no C
+    implementation, or tuning records it cannot use."""
+
+
+class UsageError(EmberError):
+    """A command-line option is out of range or names a file that cannot be used."""

@@ -51,7 +51,7 @@ class CompiledGroup:
     def __call__(self, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
         """Run on the inputs (in `inputs` order); returns fresh output arrays."""
         results = tuple(np.empty(v.shape, dtype=v.dtype) for v in self.outputs)
-        self.kernel(*(np.ascontiguousarray(a) for a in arrays), *results)
+        self.kernel(*(np.asarray(a, order="C") for a in arrays), *results)
         return results
 
     def run(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

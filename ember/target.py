@@ -136,7 +136,11 @@ class Target:
     def __init__(self, spec: str) -> None:
         if isinstance(spec, Target):
             spec = str(spec)
-        if not isinstance(spec, str) or not spec.split():
+        if not isinstance(spec, str):
+            raise TargetError(
+                f"a target is a string such as 'llvm' or 'c', not {type(spec).__name__} {spec!r}"
+            )
+        if not spec.split():
             raise TargetError(
                 f"empty target string {spec!r}: write e.g. 'llvm', 'c', "
                 "'llvm -mtriple=aarch64-linux-gnu -mattr=+neon' or 'cuda -arch=sm_90'"

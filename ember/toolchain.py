@@ -182,6 +182,36 @@ def compile_executable(
     return _build(sources, find_compiler(target), ("-static",) if static else (), "")
 
 
+def compile_object(source: str, target: Target | str, flags: Sequence[str] = ()) -> Path:
+    """Compile one C source into an object file for `target`, to link with others by
+    `link_shared`; cached by content, so an unchanged kernel is never recompiled."""
+    return _build([source], find_compiler(target), ("-c", *flags), ".o")
+
+
+def link_shared(objects: Sequence[Path], target: Target | str) -> Path:
+    """Link object files (from `compile_object`) into one shared library for
+    `target`; cached by the objects' contents."""
+    if not objects:
+        raise ValueError("link_shared needs at least one object file")
+    compiler = find_compiler(target)
+    digest = hashlib.sha256()
+    for part in (compiler.version, *compiler.argv("-shared")):
+        digest.update(part.encode() + b"\0")
+    for path in objects:
+        digest.update(hashlib.sha256(Path(path).read_bytes()).digest())
+    final = _kernels_dir() / f"{digest.hexdigest()[:40]}.so"
+    if final.exists():
+        return final
+    work = Path(tempfile.mkdtemp(prefix=f"{final.stem}-", dir=_kernels_dir()))
+    try:
+        output = work / "out.so"
+        _run(compiler, [*map(str, objects), "-shared", "-o", str(output), "-lm"], [])
+        os.replace(output, final)  # atomic, as in _build
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return final
+
+
 def _kernels_dir() -> Path:
     path = cache_dir() / "kernels"
     path.mkdir(parents=True, exist_ok=True)
@@ -210,11 +240,12 @@ def _build(
         for file, source in zip(files, sources, strict=True):
             file.write_text(source)
         output = work / f"out{suffix}"
+        libraries = () if "-c" in link_flags else ("-lm",)  # objects link nothing yet
         if len(files) == 1:  # one compiler process does compile and link
-            _run(compiler, [*map(str, files), *link_flags, "-o", str(output), "-lm"], files)
+            _run(compiler, [*map(str, files), *link_flags, "-o", str(output), *libraries], files)
         else:
             objects = _compile_objects(compiler, files)
-            _run(compiler, [*map(str, objects), *link_flags, "-o", str(output), "-lm"], files)
+            _run(compiler, [*map(str, objects), *link_flags, "-o", str(output), *libraries], files)
         os.replace(output, final)  # atomic: readers see no file or a whole one
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -103,6 +103,7 @@ def test_targets_are_immutable() -> None:
     ("spec", "expected"),
     [
         ("", ["empty target string", "'llvm'"]),
+        (None, ["a target is a string", "not NoneType None"]),
         ("opencl", ["unknown target kind 'opencl'", "llvm, c, cuda"]),
         ("llvm -mfoo=bar", ["'-mfoo=bar'", "-mtriple, -mcpu, -mattr, -num-cores"]),
         ("cuda -mcpu=x", ["'-mcpu=x'", "cuda accepts -arch"]),

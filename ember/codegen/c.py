@@ -40,6 +40,7 @@ from ember.codegen.renderer import (
     UNARY,
     Names,
     Renderer,
+    needs_checked_division,
     output_args,
 )
 from ember.errors import CodegenError
@@ -119,6 +120,23 @@ def entry_symbols(func: PrimFunc) -> tuple[str, str]:
 def bits_of(dtype: str) -> int:
     base = split_dtype(dtype)[0]
     return _BITS.get(base) or int("".join(c for c in base if c.isdigit()))
+
+
+def lane_bits(dtype: str) -> int:
+    """The width of one lane of a vector of `dtype`: bool vectors are int32 masks."""
+    return 32 if split_dtype(dtype)[0] == "bool" else bits_of(dtype)
+
+
+# Ordered operators on masks, as the operator on swapped operands that orders the
+# bools they stand for (min(x, y) of bools is max(y, x) of their masks).
+_MASK_ORDER = {
+    BinaryOp.LT: BinaryOp.LT,
+    BinaryOp.LE: BinaryOp.LE,
+    BinaryOp.GT: BinaryOp.GT,
+    BinaryOp.GE: BinaryOp.GE,
+    BinaryOp.MIN: BinaryOp.MAX,
+    BinaryOp.MAX: BinaryOp.MIN,
+}
 
 
 class CRenderer(Renderer):
@@ -272,15 +290,13 @@ class CRenderer(Renderer):
         t, name = self.scalar_type(dtype), f"ember_{op}_{dtype}"
         if name in self.helpers:
             return name
-        is_float = dtype.startswith("float")
-        body = {
-            "min": "  return b < a ? b : a;",
-            "max": "  return b > a ? b : a;",
-            "floordiv": _FLOAT_FLOORDIV if is_float else _INT_FLOORDIV,
-            "floormod": _FLOAT_FLOORMOD if is_float else _INT_FLOORMOD,
-        }[op]
-        suffix = "f" if dtype == "float32" else ""
-        body = Template(body).substitute(t=t, f=suffix)
+        if op in ("min", "max"):
+            body = f"  return b {'<' if op == 'min' else '>'} a ? b : a;"
+        elif dtype.startswith("float"):
+            template = _FLOAT_FLOORDIV if op == "floordiv" else _FLOAT_FLOORMOD
+            body = Template(template).substitute(t=t, f="f" if dtype == "float32" else "")
+        else:
+            body = _integer_division(op, t, signed=not dtype.startswith("uint"))
         return self.helper(name, f"static inline {t} {name}({t} a, {t} b) {{\n{body}\n}}")
 
     # -- vector expressions ------------------------------------------------------------
@@ -310,7 +326,7 @@ class CRenderer(Renderer):
             case Select(condition, true_value, false_value):
                 if lanes_of(condition) == 1:
                     return self.scalar_expr(expr)
-                width = bits_of(true_value.dtype)
+                width = lane_bits(true_value.dtype)
                 helper = self.select_helper(true_value.dtype)
                 mask = self.mask_to_width(condition, width)
                 return (
@@ -350,6 +366,9 @@ class CRenderer(Renderer):
     def vector_binary(self, expr: Binary) -> tuple[str, int]:
         op, a, b = expr.op, expr.a, expr.b
         lanes, operand = lanes_of(expr), a.dtype
+        if split_dtype(operand)[0] == "bool" and op in _MASK_ORDER:
+            # A mask holds -1 for true, so its order is the bools' order reversed.
+            op, a, b = _MASK_ORDER[op], b, a
         if op is BinaryOp.AND or op is BinaryOp.OR:
             # Masks combine bitwise; operands always in parentheses, for the reader.
             symbol, precedence = ("&", BIT_AND) if op is BinaryOp.AND else ("|", BIT_OR)
@@ -374,6 +393,13 @@ class CRenderer(Renderer):
                     f"{scalar}(a0[l], a1[l])",
                 )
             return f"{name}({self.expr(a)}, {self.expr(b)})", PRIMARY
+        if op is BinaryOp.DIV and needs_checked_division(operand, b):
+            vtype = self.vector_type(operand)
+            scalar = self.scalar_helper("div", split_dtype(operand)[0])
+            name = self.lanewise(
+                f"ember_div_{vtype}", vtype, [vtype, vtype], lanes, f"{scalar}(a0[l], a1[l])"
+            )
+            return f"{name}({self.expr(a)}, {self.expr(b)})", PRIMARY
         symbol, precedence = INFIX[op]
         text = f"{self.wrapped(a, precedence)} {symbol} {self.wrapped(b, precedence + 1)}"
         if op.is_comparison and bits_of(operand) != 32 and split_dtype(operand)[0] != "bool":
@@ -392,9 +418,7 @@ class CRenderer(Renderer):
         """`ember_select_T(mask, a, b)`: lanes of a where mask is -1, of b where 0, with
         a mask of the same lane width (bitwise, so it stays in vector registers)."""
         vtype = self.vector_type(dtype)
-        lanes, width = split_dtype(dtype)[1], bits_of(dtype)
-        if split_dtype(dtype)[0] == "bool":
-            width = 32
+        lanes, width = split_dtype(dtype)[1], lane_bits(dtype)
         bits = self.vector_type(f"int{width}x{lanes}")
         name = f"ember_select_{vtype}"
         body = f"  return ({vtype})((m & ({bits})a) | (~m & ({bits})b));"
@@ -490,15 +514,28 @@ class CRenderer(Renderer):
         return self.helper(name, f"static inline {vtype} {name}({params}) {{\n{body}\n}}")
 
 
-# Integer floor division/modulo from C's truncating ones ($t: the C type).
-_INT_FLOORDIV = """\
-  $t q = a / b;
-  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;"""
-_INT_FLOORMOD = """\
-  $t r = a % b;
-  return (r != 0 && (r < 0) != (b < 0)) ? r + b : r;"""
-# Floating-point ones as NumPy computes them (np.floor_divide / np.remainder); $f is
-# the math functions' suffix.
+def _integer_division(op: str, t: str, signed: bool) -> str:
+    """The body of C integer `div` (truncating), `floordiv` or `floormod` of a by b, of
+    C type `t`, as NumPy computes them: 0 for a zero divisor, where C traps, and
+    signed division by -1 wrapping INT_MIN / -1 to INT_MIN (a trap in C too). With a
+    constant divisor, as in index arithmetic, the checks fold away."""
+    lines = ["  if (b == 0) return 0;"]
+    if signed:
+        negated = "0" if op == "floormod" else f"({t})(0 - (uint64_t)a)"
+        lines.append(f"  if (b == -1) return {negated};")
+    lines += {
+        "div": ["  return a / b;"],
+        "floordiv": [
+            f"  {t} q = a / b;",
+            "  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;",
+        ],
+        "floormod": [f"  {t} r = a % b;", "  return (r != 0 && (r < 0) != (b < 0)) ? r + b : r;"],
+    }[op]
+    return "\n".join(lines)
+
+
+# Floating-point floor division and modulo as NumPy computes them (np.floor_divide /
+# np.remainder); $t: the C type, $f: the math functions' suffix.
 _FLOAT_FLOORMOD = """\
   $t r = fmod$f(a, b);
   if (r != 0) {

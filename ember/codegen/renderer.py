@@ -34,6 +34,7 @@ from ember.loop.ir import (
     Seq,
     Stmt,
     Store,
+    split_dtype,
 )
 from ember.loop.vectorize import flatten_index, lanes_of
 from ember.te.expr import (
@@ -90,6 +91,16 @@ _LIBRARY_NAME = re.compile(
     r"^((exp|log|sqrt|tanh|erf|abs|fabs|floor|ceil|round|nearbyint|sin|cos|log1p|expm1|pow"
     r"|fmod|copysign)f?|u?int\d+_t|size_t|(u?int|float|bool)\d*x\d+)$"
 )
+
+
+def needs_checked_division(dtype: str, divisor: Expr) -> bool:
+    """Whether integer division by `divisor` may trap in C (by 0, or INT_MIN by -1):
+    then it goes through a helper that returns what NumPy does (0, or INT_MIN)."""
+    if not split_dtype(dtype)[0].startswith(("int", "uint")):
+        return False
+    if isinstance(divisor, Broadcast):
+        divisor = divisor.value
+    return not (isinstance(divisor, Const) and int(divisor.value) not in (0, -1))
 
 
 def written_buffers(stmt: Stmt) -> set[Buffer]:
@@ -384,6 +395,8 @@ class Renderer:
         number = int(value)
         if -(2**31) <= number < 2**31:
             return str(number), (UNARY if number < 0 else PRIMARY)
+        if number == -(2**63):  # its digits alone overflow int64 (C has no negative literal)
+            return "INT64_MIN", PRIMARY
         macro = "UINT64_C" if dtype.startswith("uint") else "INT64_C"
         return f"{macro}({number})", PRIMARY
 
@@ -402,8 +415,11 @@ class Renderer:
 
     def binary(self, expr: Binary) -> tuple[str, int]:
         op, dtype = expr.op, expr.a.dtype
-        if op in HELPER_OPS:
-            name = self.scalar_helper(HELPER_OPS[op], dtype)
+        helper = HELPER_OPS.get(op)
+        if op is BinaryOp.DIV and needs_checked_division(dtype, expr.b):
+            helper = "div"
+        if helper is not None:
+            name = self.scalar_helper(helper, dtype)
             return f"{name}({self.expr(expr.a)}, {self.expr(expr.b)})", PRIMARY
         symbol, precedence = INFIX[op]
         # Left-associative: the right operand needs strictly tighter binding, except for

@@ -345,7 +345,7 @@ class _Lowering:
         for iterator in stage.iters:
             extent, unroll = extents[iterator.name], pragmas.get(iterator.name, 0)
             var = None
-            if extent > 1 or unroll:
+            if extent != 1 or unroll:  # extent 0 too: a loop that runs nothing
                 var = Var(self.names.fresh(iterator.name), INDEX_DTYPE)
                 self.ranges[var] = Interval.extent(extent)
             values[iterator.name] = var if var is not None else Const(0, INDEX_DTYPE)

@@ -528,21 +528,39 @@ STEP_TYPES: dict[str, type[Step]] = {
 
 
 def step_from_json(data: Sequence[Any]) -> Step:
-    """Inverse of `Step.to_json`."""
-    if not data or data[0] not in STEP_TYPES:
+    """Inverse of `Step.to_json`; a malformed step (from a damaged or foreign record)
+    raises ScheduleError saying which field is wrong."""
+    if not isinstance(data, list | tuple) or not data or not isinstance(data[0], str):
+        raise ScheduleError(f"a transform step is a list starting with its kind, not {data!r}")
+    if data[0] not in STEP_TYPES:
         raise ScheduleError(f"unknown transform step {list(data)[:1]}")
     cls = STEP_TYPES[data[0]]
     names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
     if len(data) - 1 != len(names):
         raise ScheduleError(f"step {data[0]} takes {len(names)} fields, got {len(data) - 1}")
-    values = []
-    for f, value in zip(fields(cls), data[1:], strict=True):  # type: ignore[arg-type]
-        if f.name == "annotation":
-            value = Annotation(value)
-        elif isinstance(value, list):
-            value = tuple(value)
-        values.append(value)
+    values = [
+        _field_from_json(data[0], f.name, f.type, value)
+        for f, value in zip(fields(cls), data[1:], strict=True)  # type: ignore[arg-type]
+    ]
     return cls(*values)
+
+
+def _field_from_json(kind: str, name: str, annotation: Any, value: Any) -> Any:
+    """A step field from its JSON value, checked against the field's type."""
+    expected = str(annotation)  # "int", "str", "tuple[int, ...]" or "Annotation"
+    if expected == "Annotation" and value in {a.value for a in Annotation}:
+        return Annotation(value)
+    if expected == "str" and isinstance(value, str):
+        return value
+    if expected == "int" and _is_int(value):
+        return value
+    if expected == "tuple[int, ...]" and isinstance(value, list) and all(map(_is_int, value)):
+        return tuple(value)
+    raise ScheduleError(f"step {kind}: field {name} must be {expected}, got {value!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def replay(dag: ComputeDAG, steps: Sequence[Step]) -> State:

@@ -263,6 +263,48 @@ def test_float_floor_division_and_modulo_match_numpy() -> None:
     np.testing.assert_array_equal(r, np.remainder(x_in, y_in))
 
 
+def test_int64_extremes_render_as_valid_literals() -> None:
+    # -9223372036854775808 is not a C literal (its digits overflow; gcc warns and goes
+    # through unsigned), and it is the identity of an int64 max-reduction.
+    out = Buffer("out", (2,), "int64")
+    body = seq(
+        Store(out, (Const(0),), Const(-(2**63), "int64")),
+        Store(out, (Const(1),), Const(2**63 - 1, "int64")),
+    )
+    func = PrimFunc("extremes", (out,), body)
+    assert "INT64_MIN" in render_c(func)
+    _, (values,) = run_both(func, inputs_for(func))
+    assert values.tolist() == [-(2**63), 2**63 - 1]
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "int8", "uint16"])
+@pytest.mark.parametrize("lanes", [1, 8])
+def test_integer_division_by_zero_and_minus_one_do_not_trap(lanes: int, dtype: str) -> None:
+    # C traps (SIGFPE, killing the process) on x / 0 and INT_MIN / -1; kernels give
+    # what the NumPy reference does: 0, and INT_MIN.
+    a, b = Buffer("A", (16,), dtype), Buffer("B", (16,), dtype)
+    outs = [Buffer(name, (16,), dtype) for name in ("quotient", "floor_quotient", "modulo")]
+    index = i * lanes + v
+    x, y = Load(a, (index,)), Load(b, (index,))
+    values = (binary(BinaryOp.DIV, x, y), x // y, x % y)
+    stores = seq(*(Store(out, (index,), value) for out, value in zip(outs, values, strict=True)))
+    kind = ForKind.VECTORIZED if lanes > 1 else ForKind.SERIAL
+    body = loop(i, 16 // lanes, loop(v, lanes, stores, kind))
+    func = PrimFunc(f"int_division_{dtype}_{lanes}", (a, b, *outs), body)
+    info = np.iinfo(dtype)
+    minus_one = -1 if info.min < 0 else info.max
+    x_in = np.resize(np.array([7, info.max, 0, info.min, info.max, 5, 3, info.min], dtype), 16)
+    y_in = np.resize(np.array([0, 0, 0, minus_one, minus_one, 2, 2, 3], dtype), 16)
+    q, fq, m = (np.zeros(16, dtype) for _ in range(3))
+    build_kernel(func, "llvm")(x_in, y_in, q, fq, m)
+    with np.errstate(divide="ignore", over="ignore"):
+        floor_q, mod = np.floor_divide(x_in, y_in), np.mod(x_in, y_in)
+        truncated = np.where((mod != 0) & ((x_in < 0) != (y_in < 0)), floor_q + 1, floor_q)
+    np.testing.assert_array_equal(q, truncated.astype(dtype))
+    np.testing.assert_array_equal(fq, floor_q)
+    np.testing.assert_array_equal(m, mod)
+
+
 @pytest.mark.parametrize("lanes", [1, 8])
 def test_bool_buffers_comparisons_and_select(lanes: int) -> None:
     a, b, mask = Buffer("A", (16,), F32), Buffer("B", (16,), F32), Buffer("M", (16,), "bool")
@@ -289,6 +331,30 @@ def test_bool_buffers_comparisons_and_select(lanes: int) -> None:
     np.testing.assert_array_equal(lg, (m_in & (x_in < y_in)) | (y_in == 0))
     np.testing.assert_array_equal(f, m_in + (x_in >= y_in) * 2.0)
     assert set(np.unique(g.view(np.uint8))) <= {0, 1}
+
+
+@pytest.mark.parametrize("lanes", [1, 8])
+def test_bool_ordering_min_max_and_select_of_bools(lanes: int) -> None:
+    # Vector bools are masks (true is -1): ordering, min/max and selects of bool
+    # values must still treat true as the greater value and a bool as a bool.
+    a, b, c = (Buffer(name, (16,), "bool") for name in "abc")
+    less, low, high, picked = (Buffer(name, (16,), "bool") for name in ("lt", "lo", "hi", "pick"))
+    index = i * lanes + v
+    x, y, m = Load(a, (index,)), Load(b, (index,)), Load(c, (index,))
+    stores = seq(
+        Store(less, (index,), x < y),
+        Store(low, (index,), minimum(x, y)),
+        Store(high, (index,), maximum(x, y)),
+        Store(picked, (index,), select(m, x, y)),
+    )
+    kind = ForKind.VECTORIZED if lanes > 1 else ForKind.SERIAL
+    body = loop(i, 16 // lanes, loop(v, lanes, stores, kind))
+    func = PrimFunc(f"bool_order_{lanes}", (a, b, c, less, low, high, picked), body)
+    _, (x_in, y_in, m_in, lt, lo, hi, pick) = run_both(func, inputs_for(func))
+    np.testing.assert_array_equal(lt, x_in < y_in)
+    np.testing.assert_array_equal(lo, x_in & y_in)
+    np.testing.assert_array_equal(hi, x_in | y_in)
+    np.testing.assert_array_equal(pick, np.where(m_in, x_in, y_in))
 
 
 @pytest.mark.parametrize("lanes", [1, 8])

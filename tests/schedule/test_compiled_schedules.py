@@ -23,7 +23,7 @@ def test_random_legal_schedules_compile_to_the_same_result(workload: str) -> Non
     inputs = random_inputs(dag)
     expected = evaluate_dag(dag, inputs)
 
-    # Each example runs gcc once; 12 per workload keeps the file near half a minute.
+    # Each example runs gcc once (a warm kernel cache makes reruns fast).
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(random_schedule(dag))
     def property_holds(state: State) -> None:

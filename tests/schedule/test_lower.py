@@ -160,6 +160,17 @@ def test_reduce_axis_between_spatial_axes() -> None:
     check(state)
 
 
+def test_zero_extent_axes_run_no_iterations() -> None:
+    # A loop of extent 0 must not become "the loop of extent 1 left out": that reads
+    # and writes element 0 of an empty buffer (and skips the reduction's identity).
+    empty_reduction = max_dag(rows=3, cols=0, depth=2)
+    check(State.initial(empty_reduction))
+    data = te.placeholder((0, 4), name="data")
+    out = te.compute((0, 4), lambda i, j: data[i, j] + 1.0, name="T_add")
+    func = check(State.initial(te.ComputeDAG([out])))
+    assert any(isinstance(s, For) and s.extent == te.const(0, "int64") for s in stmts(func.body))
+
+
 def test_annotations_become_loop_kinds_and_keep_semantics() -> None:
     state = State.initial(conv2d_dag(k=8))
     conv = state.stage_index("conv2d_nhwc")

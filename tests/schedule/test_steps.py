@@ -272,6 +272,18 @@ def test_step_from_json_rejects_unknown_and_malformed_steps() -> None:
         step_from_json(["XX", 1])
     with pytest.raises(ScheduleError, match="step SP takes 3 fields, got 2"):
         step_from_json(["SP", 1, 2])
+    # What a damaged or hand-edited record may hold: a clear error, not a TypeError or
+    # ValueError from deep inside (or a step that fails later, in lowering).
+    with pytest.raises(ScheduleError, match="field annotation must be Annotation, got 'paralel'"):
+        step_from_json(["AN", 1, 2, "paralel"])
+    with pytest.raises(
+        ScheduleError, match=r"field factors must be tuple\[int, ...\], got \[4.5\]"
+    ):
+        step_from_json(["SP", 1, 2, [4.5]])
+    with pytest.raises(ScheduleError, match="field stage_id must be int, got '1'"):
+        step_from_json(["CI", "1"])
+    with pytest.raises(ScheduleError, match="a transform step is a list"):
+        step_from_json([["SP"], 1])  # type: ignore[list-item]
 
 
 def test_replay_of_saved_steps_rebuilds_the_state_exactly() -> None:

@@ -1,0 +1,477 @@
+"""ember.build: a graph and its params to one shared library that runs the whole graph.
+
+    lib = ember.build(graph, "llvm", params=params)
+    lib.so_path, lib.metadata, lib.params
+    lib.export_library("net.tar")
+
+The pipeline, one named step after another (EMBER_DEBUG=1 prints each result):
+
+1. graph passes (`optimize`): fold_constants, fold_batch_norm, convert_layout to NHWC
+   (CPU kernels vectorise over the innermost channel axis), then simplify, which must
+   come after convert_layout to merge the transposes it leaves. Param names are made
+   safe for the safetensors reader in C. Inputs and outputs keep their names and
+   layouts: the transposes to and from NHWC are inside the library.
+2. fuse into groups; each group becomes one kernel, groups with the same workload key
+   share one.
+3. plan: where each tensor lives (`ember.runtime.memory_plan` packs intermediates into
+   one arena by liveness) and the steps of the AOT entry point (`ember.runtime.aot`).
+4. compile: each kernel lowered with its schedule (the default schedule; tuned records
+   arrive with the auto-scheduler) and compiled to an object file in parallel, cached
+   by content (`ember.toolchain`); the hand-written runtime and the generated entry
+   point likewise; all linked into one library. Every object is compiled with
+   -fvisibility=hidden, so the library exports exactly the C ABI of runtime.c.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ember.codegen.c import entry_symbols
+from ember.config import debug_enabled
+from ember.errors import BuildError
+from ember.graph.analysis import summarize
+from ember.graph.ir import Graph, NameSupply, Node, Params, TensorType, Value
+from ember.graph.passes import (
+    FusedGraph,
+    FusedGroup,
+    GroupKind,
+    convert_layout,
+    fold_batch_norm,
+    fold_constants,
+    fuse,
+    simplify,
+)
+from ember.runtime.aot import (
+    TOPK_DTYPES,
+    AotProgram,
+    BufferRef,
+    CopyStep,
+    KernelStep,
+    Region,
+    Step,
+    TensorSpec,
+    TopKStep,
+    render_entry_point,
+    runtime_sources,
+    topk_step,
+)
+from ember.runtime.artifact import FORMAT_VERSION, export_library
+from ember.runtime.memory_plan import MemoryPlan, TensorLifetime, plan_memory
+from ember.runtime.module import Module
+from ember.schedule.default import default_schedule
+from ember.schedule.lower import lower
+from ember.target import Target
+from ember.te.dag import ComputeDAG
+from ember.toolchain import compile_object, kernel_source, link_shared
+from ember.topi import NOT_EXPRESSIBLE, group_to_dag
+
+# The C ABI every library exports (ember/runtime/c/runtime.c), nothing else.
+ABI_SYMBOLS = (
+    "ember_create",
+    "ember_create_from_file",
+    "ember_run",
+    "ember_benchmark",
+    "ember_destroy",
+    "ember_target",
+    "ember_last_error",
+)
+_OBJECT_FLAGS = ("-fvisibility=hidden",)
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Library:
+    """A built library: `so_path` (mod.so, in the build cache), `metadata` (mod.json)
+    and `params` (mod.params: the arrays after the graph passes, by the names in
+    `metadata["params"]`, in that order)."""
+
+    so_path: Path
+    metadata: dict[str, object]
+    params: dict[str, np.ndarray]
+
+    @property
+    def target(self) -> Target:
+        return Target(str(self.metadata["target"]))
+
+    def export_library(self, path: str | os.PathLike[str]) -> Path:
+        """Write the artifact (`.tar` with mod.so, mod.json, mod.params) to `path`."""
+        return Path(export_library(self, Path(path)))
+
+    def load(self) -> Module:
+        """The library as a runtime module, in place (no export); runs on this machine."""
+        return Module.from_library(self)
+
+
+def build(
+    graph: Graph,
+    target: Target | str = "llvm",
+    params: Mapping[str, np.ndarray] | None = None,
+    tuning_records: str | os.PathLike[str] | Sequence[object] | None = None,
+    *,
+    progress: bool | None = None,
+) -> Library:
+    """Build `graph` for `target` into one library (see the module docstring).
+
+    `tuning_records` (a records file, or records) is refused for now: applying them
+    arrives with the auto-scheduler, and every group gets its default schedule.
+    `progress` shows a progress bar over the kernels on stderr; by default only when
+    stderr is a terminal."""
+    target = target if isinstance(target, Target) else Target(target)
+    if not target.is_cpu:
+        raise BuildError(
+            f"target {target} cannot be built yet: ember.build supports CPU targets "
+            "('llvm' or 'c', with -mtriple/-mcpu/-mattr)"
+        )
+    if tuning_records is not None:
+        raise BuildError(
+            "tuning records cannot be applied yet: loading records arrives with the "
+            "auto-scheduler; build without tuning_records to use the default schedules"
+        )
+    arrays = _checked_params(graph, params)
+    optimized, arrays = optimize(graph, arrays)
+    fused = fuse(optimized, arrays)
+    _dump("fused graph", fused)
+    plan = plan_build(fused, target)
+    show = sys.stderr.isatty() if progress is None else progress
+    so_path = _compile_and_link(plan, target, graph.name, show)
+    metadata = _metadata(graph, fused, plan, target)
+    return Library(
+        so_path, metadata, {value.name: arrays[value.name] for value in optimized.params}
+    )
+
+
+def _checked_params(graph: Graph, params: Mapping[str, np.ndarray] | None) -> Params:
+    params = params or {}
+    missing = [value.name for value in graph.params if value.name not in params]
+    if missing:
+        raise BuildError(
+            f"graph {graph.name!r} needs params {', '.join(missing[:5])}"
+            f"{' ...' if len(missing) > 5 else ''} that were not given: pass "
+            "params=<the dict returned with the graph>"
+        )
+    arrays: Params = {}
+    for value in graph.params:
+        array = np.asarray(params[value.name])
+        if TensorType.of(array) != value.type:
+            raise BuildError(
+                f"param {value.name!r} is {TensorType.of(array)}, the graph expects "
+                f"{value.type}: pass the params that belong to this graph"
+            )
+        arrays[value.name] = array
+    return arrays
+
+
+def optimize(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, Params]:
+    """The graph passes of a CPU build (step 1 of the module docstring)."""
+    result, arrays = fold_constants(graph, params)
+    result, arrays = fold_batch_norm(result, arrays)
+    result, arrays = convert_layout(result, arrays, "NHWC")
+    result, arrays = simplify(result, arrays)  # after convert_layout: merges its transposes
+    if result.inputs != graph.inputs or result.outputs != graph.outputs:
+        raise BuildError(
+            f"the graph passes changed the inputs or outputs of {graph.name!r}; this is a "
+            "bug in Ember, please report it with the model"
+        )
+    # Last: a param that is also a graph output may be renamed; outputs are matched
+    # by position from here on, and their names come from the original graph.
+    result, arrays = _safe_param_names(result, arrays)
+    _dump("optimized graph", result)
+    return result, arrays
+
+
+def _safe_param_names(graph: Graph, params: Params) -> tuple[Graph, Params]:
+    """Params renamed where their names are not plain ASCII the C runtime can match in
+    a safetensors header (letters, digits, `_.:/-`)."""
+    supply = NameSupply.for_graph(graph)
+    renamed = {
+        value.name: Value(supply.fresh(value.name), value.type)
+        for value in graph.params
+        if not _SAFE_NAME.fullmatch(value.name)
+    }
+    if not renamed:
+        return graph, params
+
+    def swap(values: tuple[Value, ...]) -> tuple[Value, ...]:
+        return tuple(renamed.get(value.name, value) for value in values)
+
+    nodes = tuple(
+        Node(node.op, swap(node.inputs), node.outputs, node.attrs, node.name)
+        for node in graph.nodes
+    )
+    result = graph.replace(nodes=nodes, params=swap(graph.params), outputs=swap(graph.outputs))
+    return result, {(renamed[n].name if n in renamed else n): a for n, a in params.items()}
+
+
+def _dump(what: str, item: object) -> None:
+    if debug_enabled():
+        print(f"[ember] {what}:\n{item}", file=sys.stderr)
+
+
+# -- plan ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class KernelJob:
+    """One kernel to generate: the DAG of the first group with its workload key."""
+
+    name: str
+    workload_key: str
+    group: FusedGroup
+    dag: ComputeDAG
+
+    @property
+    def symbol(self) -> str:
+        """The packed entry the AOT entry point calls (ember/codegen/c.py)."""
+        return f"{self.name}_packed"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """How one fused group runs, for the metadata."""
+
+    name: str
+    kind: str
+    kernel: str
+    workload_key: str | None
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class BuildPlan:
+    """What to compile (`kernels`) and how the entry point runs (`program`)."""
+
+    program: AotProgram
+    memory: MemoryPlan
+    kernels: tuple[KernelJob, ...]
+    groups: tuple[GroupRecord, ...]
+
+
+def plan_build(fused: FusedGraph, target: Target) -> BuildPlan:
+    """Place every tensor and list the steps of the entry point, one per group."""
+    graph = fused.graph
+    locations = _boundary_locations(graph)
+    memory = plan_memory(_intermediate_lifetimes(fused, locations))
+    for allocation in memory.allocations:
+        locations[allocation.tensor.name] = BufferRef(Region.ARENA, allocation.offset)
+    steps: list[Step] = []
+    kernels: dict[str, KernelJob] = {}
+    records: list[GroupRecord] = []
+    for group in fused.groups:
+        if _runs_in_helper(group):
+            step = _helper_step(group, locations)
+            steps.append(step)
+            records.append(_record(group, f"ember_topk_{step.dtype}", None))
+            continue
+        dag, _ = group_to_dag(group)
+        key = dag.workload_key
+        job = kernels.setdefault(key, KernelJob(_kernel_name(group, key), key, group, dag))
+        refs = tuple(locations[value.name] for value in (*group.inputs, *group.outputs))
+        steps.append(KernelStep(group.name, job.symbol, refs))
+        records.append(_record(group, job.name, key))
+    steps.extend(_output_copies(graph, locations))
+    program = AotProgram(
+        target=str(target),
+        inputs=tuple(_spec(value) for value in graph.inputs),
+        outputs=tuple(_spec(value) for value in graph.outputs),
+        params=tuple(_spec(value) for value in graph.params),
+        arena_bytes=memory.arena_bytes,
+        steps=tuple(steps),
+    )
+    return BuildPlan(program, memory, tuple(kernels.values()), tuple(records))
+
+
+def _boundary_locations(graph: Graph) -> dict[str, BufferRef]:
+    """Inputs, params, and each output value at its first position in the outputs."""
+    locations: dict[str, BufferRef] = {}
+    for index, value in enumerate(graph.inputs):
+        locations[value.name] = BufferRef(Region.INPUT, index)
+    for index, value in enumerate(graph.params):
+        locations[value.name] = BufferRef(Region.PARAM, index)
+    for index, value in enumerate(graph.outputs):
+        locations.setdefault(value.name, BufferRef(Region.OUTPUT, index))
+    return locations
+
+
+def _intermediate_lifetimes(
+    fused: FusedGraph, boundary: Mapping[str, BufferRef]
+) -> list[TensorLifetime]:
+    """Each tensor groups pass between them (and the unused outputs a helper writes
+    anyway), from the step that writes it to the last step that reads it."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    for step, group in enumerate(fused.groups):
+        for value in group.inputs:
+            if value.name in first:
+                last[value.name] = step
+        written = group.nodes[0].outputs if _runs_in_helper(group) else group.outputs
+        for value in written:
+            if value.name not in boundary:
+                first[value.name] = last[value.name] = step
+                sizes[value.name] = value.type.nbytes
+    return [TensorLifetime(name, sizes[name], first[name], last[name]) for name in first]
+
+
+def _runs_in_helper(group: FusedGroup) -> bool:
+    """Whether the group is an op no kernel can express (a hand-written C helper runs
+    it, or the build refuses it)."""
+    return group.kind == GroupKind.OPAQUE and group.nodes[0].op in NOT_EXPRESSIBLE
+
+
+def _helper_step(group: FusedGroup, locations: Mapping[str, BufferRef]) -> TopKStep:
+    (node,) = group.nodes
+    dtype = node.inputs[0].dtype
+    if node.op != "topk" or dtype not in TOPK_DTYPES:
+        what = f"{node.op} on {dtype}" if node.op == "topk" else node.op
+        raise BuildError(
+            f"node {node.name!r} ({what}) has no C implementation in Ember's runtime: "
+            f"{NOT_EXPRESSIBLE[node.op]}. Remove it from the model (e.g. compute it after "
+            f"running the library) or cast its input to one of {', '.join(TOPK_DTYPES)}"
+        )
+    data, (values, indices) = node.inputs[0], node.outputs
+    return topk_step(node, locations[data.name], locations[values.name], locations[indices.name])
+
+
+def _kernel_name(group: FusedGroup, workload_key: str) -> str:
+    """A C name from the group's ops and the workload key: stable across networks,
+    so a kernel's object file is shared by every network with that workload. (Not
+    `ember_...`: the C renderer keeps that prefix for its helpers.)"""
+    ops = "_".join(node.op for node in group.nodes[:4])
+    digest = hashlib.sha256(workload_key.encode()).hexdigest()[:10]
+    return re.sub(r"[^0-9A-Za-z_]", "_", f"{ops}_{digest}")
+
+
+def _output_copies(graph: Graph, locations: Mapping[str, BufferRef]) -> list[Step]:
+    """Outputs no group writes: graph inputs, params, or an output listed twice."""
+    copies: list[Step] = []
+    for index, value in enumerate(graph.outputs):
+        destination = BufferRef(Region.OUTPUT, index)
+        source = locations[value.name]
+        if source != destination and value.type.nbytes > 0:
+            copies.append(CopyStep(f"output {index}", source, destination, value.type.nbytes))
+    return copies
+
+
+def _spec(value: Value) -> TensorSpec:
+    return TensorSpec(value.name, value.shape, value.dtype)
+
+
+def _record(group: FusedGroup, kernel: str, workload_key: str | None) -> GroupRecord:
+    return GroupRecord(
+        name=group.name,
+        kind=group.kind.value,
+        kernel=kernel,
+        workload_key=workload_key,
+        inputs=tuple(value.name for value in group.inputs),
+        outputs=tuple(value.name for value in group.outputs),
+    )
+
+
+# -- compile ---------------------------------------------------------------------------
+
+
+def _compile_and_link(plan: BuildPlan, target: Target, name: str, show: bool) -> Path:
+    """Every object compiled in parallel (cached), then linked into one library.
+    Kernels are lowered on this thread while earlier ones compile."""
+    sources = [*runtime_sources(), render_entry_point(plan.program)]
+    _dump("AOT entry point", sources[-1])
+    with (
+        ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool,
+        _progress_bar(show, f"building {name}", len(plan.kernels)) as advance,
+    ):
+        futures: list[Future[Path]] = [
+            pool.submit(compile_object, source, target, _OBJECT_FLAGS) for source in sources
+        ]
+        for job in plan.kernels:
+            future = pool.submit(compile_object, _kernel_source(job, target), target, _OBJECT_FLAGS)
+            future.add_done_callback(lambda _: advance())
+            futures.append(future)
+        objects = [future.result() for future in futures]
+    return link_shared(objects, target)
+
+
+def _kernel_source(job: KernelJob, target: Target) -> str:
+    state = default_schedule(job.dag, target)
+    func = lower(state, job.name)
+    if entry_symbols(func)[1] != job.symbol:
+        raise BuildError(
+            f"kernel {job.name} was rendered with entry {entry_symbols(func)[1]}, not "
+            f"{job.symbol}; this is a bug in Ember, please report it"
+        )
+    return kernel_source(func)
+
+
+@contextmanager
+def _progress_bar(show: bool, description: str, total: int) -> Iterator[Callable[[], None]]:
+    """A rich progress bar on stderr (yields the function that advances it), or
+    nothing when not shown."""
+    if not show:
+        yield lambda: None
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("kernels"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda: bar.advance(task)
+
+
+# -- metadata --------------------------------------------------------------------------
+
+
+def _metadata(
+    original: Graph, fused: FusedGraph, plan: BuildPlan, target: Target
+) -> dict[str, object]:
+    """mod.json: everything a runtime or a user needs to know about the library."""
+    from ember import __version__
+
+    summary = summarize(original).to_json()
+    del summary["inputs"], summary["outputs"]
+    return {
+        "format_version": FORMAT_VERSION,
+        "ember_version": __version__,
+        "target": str(target),
+        "name": original.name,
+        "inputs": [_tensor_json(value) for value in original.inputs],
+        "outputs": [_tensor_json(value) for value in original.outputs],
+        "params": [_tensor_json(value) for value in fused.graph.params],
+        "memory_plan": plan.memory.to_json(),
+        "groups": [
+            {
+                "name": record.name,
+                "kind": record.kind,
+                "kernel": record.kernel,
+                "workload_key": record.workload_key,
+                "inputs": list(record.inputs),
+                "outputs": list(record.outputs),
+            }
+            for record in plan.groups
+        ],
+        "graph": {
+            **summary,
+            "optimized_nodes": len(fused.graph.nodes),
+            "fused_groups": len(fused.groups),
+            "kernels": len(plan.kernels),
+        },
+    }
+
+
+def _tensor_json(value: Value) -> dict[str, object]:
+    return {"name": value.name, "shape": list(value.shape), "dtype": value.dtype}

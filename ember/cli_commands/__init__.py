@@ -1,0 +1,1 @@
+"""The `ember` subcommands, one module each; `ember/cli.py` assembles them."""

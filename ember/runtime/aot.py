@@ -1,0 +1,281 @@
+"""The AOT entry point: generated C that runs a whole graph, one step after another,
+with every tensor at a place fixed at build time.
+
+`ember.build` describes the run as an `AotProgram` (tensors at the boundary, arena
+size, steps) and `render_entry_point` turns it into C defining `ember_model` and
+`ember_model_run` (declared in `c/ember_internal.h`). The C ABI itself
+(`ember_create`, `ember_run`, `ember_benchmark`, ... ) is hand-written once in
+`c/runtime.c`, with the safetensors reader (`c/safetensors.c`) and topk
+(`c/topk.c`); `runtime_sources()` returns them ready to compile. Every step reads and
+writes through a `BufferRef`: a graph input, output or param by index, or a byte
+offset into the instance's arena (the memory plan).
+
+Steps:
+- `KernelStep`: a generated kernel, called through its packed wrapper
+  `int32_t name_packed(void* const* args, int32_t num_args)` (ember/codegen/c.py).
+- `TopKStep`: the hand-written topk for one dtype.
+- `CopyStep`: a memcpy, for graph outputs that are inputs, params or another output.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+
+from ember.graph.ir import Node, Shape
+from ember.graph.ops.attrs import TopKAttrs
+
+# NumPy dtype -> safetensors dtype, as ember_create_from_file checks it.
+SAFETENSORS_DTYPES = {
+    "float16": "F16",
+    "float32": "F32",
+    "float64": "F64",
+    "int8": "I8",
+    "int16": "I16",
+    "int32": "I32",
+    "int64": "I64",
+    "uint8": "U8",
+    "uint16": "U16",
+    "uint32": "U32",
+    "uint64": "U64",
+    "bool": "BOOL",
+}
+
+# dtypes c/topk.c has a function for, with their C types.
+TOPK_DTYPES = {
+    "float32": "float",
+    "float64": "double",
+    "int8": "int8_t",
+    "int16": "int16_t",
+    "int32": "int32_t",
+    "int64": "int64_t",
+    "uint8": "uint8_t",
+    "uint16": "uint16_t",
+    "uint32": "uint32_t",
+    "uint64": "uint64_t",
+}
+
+# Before any system header: clock_gettime, fseeko and off_t need POSIX under -std=c11.
+_FEATURES = "#define _POSIX_C_SOURCE 200809L\n#define _FILE_OFFSET_BITS 64\n"
+_RUNTIME_FILES = ("runtime.c", "safetensors.c", "topk.c")
+
+
+class Region(enum.Enum):
+    INPUT = "inputs"
+    OUTPUT = "outputs"
+    PARAM = "params"
+    ARENA = "arena"
+
+
+@dataclass(frozen=True, slots=True)
+class BufferRef:
+    """Where a tensor lives during a run: `index` is the input/output/param position,
+    or the byte offset into the arena."""
+
+    region: Region
+    index: int
+
+    def c_pointer(self) -> str:
+        if self.region is Region.ARENA:
+            return f"(void*)(arena + {self.index})"
+        return f"(void*){self.region.value}[{self.index}]"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """A tensor at the library's boundary (input, output or param)."""
+
+    name: str
+    shape: Shape
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class KernelStep:
+    """Call kernel `symbol` (its packed wrapper) with `args`: inputs, then outputs."""
+
+    name: str
+    symbol: str
+    args: tuple[BufferRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopKStep:
+    """topk along the middle axis of `data` viewed as [outer, extent, inner]."""
+
+    name: str
+    dtype: str
+    data: BufferRef
+    values: BufferRef
+    indices: BufferRef
+    outer: int
+    extent: int
+    inner: int
+    k: int
+    largest: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CopyStep:
+    name: str
+    source: BufferRef
+    destination: BufferRef
+    nbytes: int
+
+
+Step = KernelStep | TopKStep | CopyStep
+
+
+@dataclass(frozen=True, slots=True)
+class AotProgram:
+    """Everything the entry point needs: boundary tensors, arena size, steps in order."""
+
+    target: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    params: tuple[TensorSpec, ...]
+    arena_bytes: int
+    steps: tuple[Step, ...]
+
+
+def topk_step(node: Node, data: BufferRef, values: BufferRef, indices: BufferRef) -> TopKStep:
+    """The TopKStep computing `node` (a topk whose dtype is in TOPK_DTYPES)."""
+    attrs = node.attrs
+    assert isinstance(attrs, TopKAttrs) and node.op == "topk"
+    shape = node.inputs[0].shape
+    axis = attrs.axis % len(shape)
+    return TopKStep(
+        name=node.name,
+        dtype=node.inputs[0].dtype,
+        data=data,
+        values=values,
+        indices=indices,
+        outer=int(np.prod(shape[:axis], dtype=np.int64)),
+        extent=shape[axis],
+        inner=int(np.prod(shape[axis + 1 :], dtype=np.int64)),
+        k=attrs.k,
+        largest=attrs.largest,
+    )
+
+
+def internal_header() -> str:
+    return _c_file("ember_internal.h")
+
+
+def runtime_sources() -> list[str]:
+    """The hand-written C of every library, each with the internal header prepended."""
+    header = internal_header()
+    return [f"{_FEATURES}{header}\n{_c_file(name)}" for name in _RUNTIME_FILES]
+
+
+def _c_file(name: str) -> str:
+    return resources.files("ember.runtime").joinpath("c", name).read_text(encoding="utf-8")
+
+
+def c_string(text: str) -> str:
+    """`text` as a C string literal (non-ASCII bytes as octal escapes)."""
+    out = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        if char in '"\\?':  # ? too: no trigraphs
+            out.append("\\" + char)
+        elif 32 <= byte < 127:
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def render_entry_point(program: AotProgram) -> str:
+    """The generated C source: `ember_model` and `ember_model_run`."""
+    lines = [
+        "// AOT entry point, generated by Ember: runs the model's steps in order.",
+        _FEATURES + internal_header(),
+        "#include <string.h>",
+        "",
+        *_declarations(program.steps),
+        "",
+        *_tensor_table("inputs", program.inputs),
+        *_tensor_table("outputs", program.outputs),
+        *_tensor_table("params", program.params),
+        "const ember_model_info ember_model = {",
+        f"  {c_string(program.target)}, {len(program.inputs)}, {len(program.outputs)}, "
+        f"{len(program.params)},",
+        "  model_inputs, model_outputs, model_params,",
+        f"  {program.arena_bytes}u,",
+        "};",
+        "",
+        "int32_t ember_model_run(const void* const* params, const void* const* inputs,",
+        "                        void* const* outputs, unsigned char* arena) {",
+        "  (void)params; (void)inputs; (void)outputs; (void)arena;",
+    ]
+    for step in program.steps:
+        lines.extend(f"  {line}" for line in _step_lines(step))
+    lines += ["  return 0;", "}", ""]
+    return "\n".join(lines)
+
+
+def _declarations(steps: tuple[Step, ...]) -> list[str]:
+    kernels = sorted({step.symbol for step in steps if isinstance(step, KernelStep)})
+    topk = sorted({step.dtype for step in steps if isinstance(step, TopKStep)})
+    return [
+        *(f"int32_t {symbol}(void* const* args, int32_t num_args);" for symbol in kernels),
+        *(
+            f"int32_t ember_topk_{dtype}(const {TOPK_DTYPES[dtype]}* data, "
+            f"{TOPK_DTYPES[dtype]}* values, int64_t* indices, int64_t outer, int64_t extent, "
+            "int64_t inner, int64_t k, int32_t largest);"
+            for dtype in topk
+        ),
+    ]
+
+
+def _tensor_table(what: str, tensors: tuple[TensorSpec, ...]) -> list[str]:
+    lines = []
+    for index, tensor in enumerate(tensors):
+        # A trailing 0 so that no array is empty (scalars have no dimensions).
+        dims = ", ".join(str(d) for d in (*tensor.shape, 0))
+        lines.append(f"static const int64_t {what}_shape_{index}[] = {{{dims}}};")
+    entries = [
+        f"  {{{c_string(t.name)}, {c_string(SAFETENSORS_DTYPES[t.dtype])}, {len(t.shape)}, "
+        f"{what}_shape_{i}, {t.nbytes}u}},"
+        for i, t in enumerate(tensors)
+    ]
+    # One dummy entry keeps the array non-empty; the counts say how many are real.
+    entries = entries or ['  {"", "", 0, 0, 0u},']
+    return [*lines, f"static const ember_tensor_spec model_{what}[] = {{", *entries, "};", ""]
+
+
+def _step_lines(step: Step) -> list[str]:
+    comment = "// " + re.sub(r"[^A-Za-z0-9_.:/ -]", "_", step.name)  # no \ or newline
+    if isinstance(step, CopyStep):
+        return [
+            comment,
+            f"memcpy({step.destination.c_pointer()}, {step.source.c_pointer()}, {step.nbytes}u);",
+        ]
+    if isinstance(step, TopKStep):
+        c_type = TOPK_DTYPES[step.dtype]
+        call = (
+            f"ember_topk_{step.dtype}((const {c_type}*){step.data.c_pointer()}, "
+            f"({c_type}*){step.values.c_pointer()}, (int64_t*){step.indices.c_pointer()}, "
+            f"{step.outer}, {step.extent}, {step.inner}, {step.k}, {int(step.largest)})"
+        )
+        return [comment, f"if ({call} != 0) return -1;"]
+    args = ", ".join(arg.c_pointer() for arg in step.args) or "0"
+    return [
+        comment,
+        "{",
+        f"  void* const args[] = {{{args}}};",
+        f"  if ({step.symbol}(args, {len(step.args)}) != 0) {{",
+        f'    ember_set_error("kernel %s rejected its arguments", {c_string(step.symbol)});',
+        "    return -1;",
+        "  }",
+        "}",
+    ]

@@ -1,0 +1,209 @@
+/* The C ABI of an Ember library: instances, running, timing, errors.
+ *
+ * Hand-written once for every model; what differs per model (the tensors, the arena
+ * size and the kernel calls) comes from the generated entry point through
+ * `ember_model` and `ember_model_run` (ember_internal.h, prepended by Ember). */
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct ember_instance {
+  const void** params;  /* borrowed from the caller, or pointing into owned_params */
+  void* owned_params;   /* the block ember_create_from_file read; NULL otherwise */
+  unsigned char* arena; /* the intermediate tensors, laid out by the memory plan */
+} ember_instance;
+
+/* Each thread sees the message of its own last failed call. */
+static _Thread_local char last_error[1024];
+
+void ember_set_error(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  vsnprintf(last_error, sizeof last_error, format, args);
+  va_end(args);
+}
+
+EMBER_EXPORT const char* ember_last_error(void) { return last_error; }
+
+EMBER_EXPORT const char* ember_target(void) { return ember_model.target; }
+
+/* aligned_alloc wants a size that is a multiple of the alignment, and never 0 here. */
+static void* aligned_block(size_t nbytes) {
+  size_t size = (nbytes + EMBER_ALIGNMENT - 1) / EMBER_ALIGNMENT * EMBER_ALIGNMENT;
+  return aligned_alloc(EMBER_ALIGNMENT, size ? size : EMBER_ALIGNMENT);
+}
+
+static ember_instance* new_instance(void) {
+  ember_instance* instance = calloc(1, sizeof *instance);
+  if (instance == NULL) goto fail;
+  size_t count = ember_model.num_params ? (size_t)ember_model.num_params : 1;
+  instance->params = calloc(count, sizeof *instance->params);
+  instance->arena = aligned_block(ember_model.arena_bytes);
+  if (instance->params == NULL || instance->arena == NULL) goto fail;
+  return instance;
+fail:
+  if (instance != NULL) {
+    free(instance->params);
+    free(instance->arena);
+    free(instance);
+  }
+  ember_set_error("out of memory creating an instance (arena of %zu bytes)",
+                  ember_model.arena_bytes);
+  return NULL;
+}
+
+EMBER_EXPORT void ember_destroy(ember_instance* instance) {
+  if (instance == NULL) return;
+  free(instance->params);
+  free(instance->owned_params);
+  free(instance->arena);
+  free(instance);
+}
+
+EMBER_EXPORT ember_instance* ember_create(const void* const* params) {
+  if (ember_model.num_params > 0 && params == NULL) {
+    ember_set_error("ember_create: params is NULL; pass %d param pointers in the order of "
+                    "mod.json's \"params\"", ember_model.num_params);
+    return NULL;
+  }
+  for (int32_t i = 0; i < ember_model.num_params; ++i) {
+    if (params[i] == NULL && ember_model.params[i].nbytes > 0) {
+      ember_set_error("ember_create: param %d ('%s') is NULL", i, ember_model.params[i].name);
+      return NULL;
+    }
+  }
+  ember_instance* instance = new_instance();
+  if (instance == NULL) return NULL;
+  for (int32_t i = 0; i < ember_model.num_params; ++i) instance->params[i] = params[i];
+  return instance;
+}
+
+EMBER_EXPORT ember_instance* ember_create_from_file(const char* params_path) {
+  if (params_path == NULL) {
+    ember_set_error("ember_create_from_file: params_path is NULL; pass the path of mod.params");
+    return NULL;
+  }
+  ember_instance* instance = new_instance();
+  if (instance == NULL) return NULL;
+  if (ember_read_safetensors(params_path, &ember_model, &instance->owned_params,
+                             instance->params) != 0) {
+    ember_destroy(instance);
+    return NULL;
+  }
+  return instance;
+}
+
+static int32_t check_pointers(const char* what, const void* const* pointers, int32_t count,
+                              const ember_tensor_spec* specs) {
+  if (count > 0 && pointers == NULL) {
+    ember_set_error("ember_run: %s is NULL; pass %d pointers in the order of mod.json's \"%s\"",
+                    what, count, what);
+    return -1;
+  }
+  for (int32_t i = 0; i < count; ++i) {
+    if (pointers[i] == NULL && specs[i].nbytes > 0) {
+      ember_set_error("ember_run: %s[%d] ('%s') is NULL", what, i, specs[i].name);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+EMBER_EXPORT int32_t ember_run(ember_instance* instance, const void* const* inputs,
+                               void* const* outputs) {
+  if (instance == NULL) {
+    ember_set_error("ember_run: instance is NULL; create one with ember_create first");
+    return -1;
+  }
+  if (check_pointers("inputs", inputs, ember_model.num_inputs, ember_model.inputs) != 0 ||
+      check_pointers("outputs", (const void* const*)outputs, ember_model.num_outputs,
+                     ember_model.outputs) != 0) {
+    return -1;
+  }
+  return ember_model_run(instance->params, inputs, outputs, instance->arena);
+}
+
+/* -- benchmark ----------------------------------------------------------------------- */
+
+static double now_seconds(void) {
+  struct timespec time;
+  clock_gettime(CLOCK_MONOTONIC, &time);
+  return (double)time.tv_sec + 1e-9 * (double)time.tv_nsec;
+}
+
+/* Larger than the last-level cache (as the OS reports it; in a VM that may be the
+ * whole socket's), so writing it evicts the model's data. */
+static size_t flush_bytes(void) {
+  size_t bytes = 64u << 20;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (llc > 0 && (size_t)llc + (size_t)llc / 2 > bytes) bytes = (size_t)llc + (size_t)llc / 2;
+#endif
+  return bytes > (512u << 20) ? (512u << 20) : bytes;
+}
+
+static void evict_caches(volatile unsigned char* buffer, size_t nbytes) {
+  for (size_t i = 0; i < nbytes; i += 64) buffer[i] = (unsigned char)(buffer[i] + 1);
+}
+
+/* Runs the model `number` times; the seconds it took, or a negative value on error. */
+static double time_runs(ember_instance* instance, const void* const* inputs,
+                        void* const* outputs, int64_t number) {
+  double start = now_seconds();
+  for (int64_t i = 0; i < number; ++i) {
+    if (ember_run(instance, inputs, outputs) != 0) return -1.0;
+  }
+  return now_seconds() - start;
+}
+
+/* The next `number` for a repeat that took `elapsed` seconds, too short: enough runs to
+ * reach min_repeat_ms at the speed seen, and at least 1.618 times as many as before. */
+static int64_t grown_number(int64_t number, double elapsed, double min_repeat_ms) {
+  double per_run = elapsed / (double)number;
+  double wanted = per_run > 0 ? min_repeat_ms * 1e-3 / per_run + 1 : (double)number * 2;
+  double grown = (double)number * 1.618;
+  double next = wanted > grown ? wanted : grown;
+  return next > 1e9 ? 1000000000 : (int64_t)next + 1;
+}
+
+EMBER_EXPORT int32_t ember_benchmark(ember_instance* instance, const void* const* inputs,
+                                     void* const* outputs, int32_t number, int32_t repeat,
+                                     double min_repeat_ms, int32_t flush_cache,
+                                     double* seconds_per_run) {
+  if (number < 1 || repeat < 1 || seconds_per_run == NULL) {
+    ember_set_error("ember_benchmark: needs number >= 1, repeat >= 1 and a seconds_per_run "
+                    "array of repeat entries (got number=%d, repeat=%d)", number, repeat);
+    return -1;
+  }
+  if (ember_run(instance, inputs, outputs) != 0) return -1; /* warm up, and check the args */
+  unsigned char* buffer = NULL;
+  size_t buffer_bytes = flush_bytes();
+  if (flush_cache && (buffer = malloc(buffer_bytes)) == NULL) {
+    ember_set_error("ember_benchmark: out of memory for the %zu-byte cache flush buffer",
+                    buffer_bytes);
+    return -1;
+  }
+  int64_t runs = number;
+  int32_t status = 0;
+  for (int32_t r = 0; r < repeat && status == 0; ++r) {
+    for (;;) {
+      if (buffer != NULL) evict_caches(buffer, buffer_bytes);
+      double elapsed = time_runs(instance, inputs, outputs, runs);
+      if (elapsed < 0) {
+        status = -1;
+        break;
+      }
+      if (elapsed * 1e3 >= min_repeat_ms || runs >= 1000000000) {
+        seconds_per_run[r] = elapsed / (double)runs;
+        break;
+      }
+      runs = grown_number(runs, elapsed, min_repeat_ms);
+    }
+  }
+  free(buffer);
+  return status;
+}

@@ -1,0 +1,463 @@
+"""The Python runtime: a compiled network (`mod.so` plus its metadata) as an object that
+takes and returns NumPy arrays.
+
+    module = ember.runtime.load("net.tar")          # or Module.from_library(lib)
+    module.set_input("data", x)
+    module.run()
+    y = module.get_output(0)
+    print(module.benchmark(repeat=3, min_repeat_ms=500))
+
+It wraps the C ABI every Ember library exports: `ember_create[_from_file]`,
+`ember_run`, `ember_benchmark`, `ember_destroy`, `ember_target`, `ember_last_error`.
+Input and output buffers are allocated once per module and their addresses put into
+ctypes pointer arrays once, so `run()` is a single ctypes call; `set_input` copies
+into an input buffer and `get_output` copies out of an output buffer, so arrays a
+caller holds never alias the module's memory. Each module owns one C instance (its
+own arena), so two modules of the same library run independently.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import statistics
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ember.errors import ArtifactError, ExecutionError, InputError, TargetError
+from ember.target import Target, host_cpu_features, host_triple
+
+# Instruction-set extensions compiled code may use; other /proc/cpuinfo flags
+# (`constant_tsc`, `hypervisor`, ...) say nothing about whether code runs.
+_ISA_FEATURE_PREFIXES = (
+    "sse",
+    "ssse3",
+    "pni",
+    "avx",
+    "fma",
+    "f16c",
+    "bmi",
+    "amx",
+    "popcnt",
+    "abm",
+    "movbe",
+    "adx",
+    "neon",
+    "asimd",
+    "sve",
+    "sme",
+)
+# Target feature names that /proc/cpuinfo spells differently.
+_CPUINFO_NAMES = {"neon": "asimd"}
+
+# Buffers start on a cache line so vector loads in the kernels never straddle one.
+_ALIGNMENT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One input, output or param of a compiled module."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.shape} {self.dtype}"
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleInfo:
+    """What the runtime needs from a library's metadata (`mod.json`)."""
+
+    target: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    params: tuple[TensorSpec, ...]
+    # ISA extensions the code was compiled to use; checked against this CPU at load.
+    cpu_features: tuple[str, ...]
+
+    @staticmethod
+    def from_metadata(metadata: Mapping[str, object], source: str) -> ModuleInfo:
+        """Parse metadata; a missing or ill-formed entry raises ArtifactError."""
+        target = metadata.get("target")
+        if not isinstance(target, str):
+            raise ArtifactError(f"{source}: metadata has no target string: {REBUILD_HINT}")
+        features = metadata.get("cpu_features")
+        if features is None:  # built in this process: the target says what it used
+            features = required_cpu_features(_parse_target(target, source))
+        if not isinstance(features, list | tuple) or not all(isinstance(f, str) for f in features):
+            raise ArtifactError(f"{source}: metadata 'cpu_features' is not a list: {REBUILD_HINT}")
+        return ModuleInfo(
+            target=target,
+            inputs=_tensor_specs(metadata, "inputs", source),
+            outputs=_tensor_specs(metadata, "outputs", source),
+            params=_tensor_specs(metadata, "params", source),
+            cpu_features=tuple(features),
+        )
+
+
+REBUILD_HINT = "the artifact is damaged or was not made by Ember; rebuild it with `ember compile`"
+
+
+def _tensor_specs(metadata: Mapping[str, object], key: str, source: str) -> tuple[TensorSpec, ...]:
+    entries = metadata.get(key)
+    if not isinstance(entries, list):
+        raise ArtifactError(f"{source}: metadata has no '{key}' list: {REBUILD_HINT}")
+    specs = []
+    for entry in entries:
+        try:
+            name, shape, dtype = entry["name"], entry["shape"], entry["dtype"]
+            spec = TensorSpec(str(name), tuple(int(d) for d in shape), str(np.dtype(dtype)))
+        except (KeyError, TypeError, ValueError):
+            raise ArtifactError(
+                f"{source}: bad entry {entry!r} in metadata '{key}' (want name, shape, "
+                f"dtype): {REBUILD_HINT}"
+            ) from None
+        specs.append(spec)
+    return tuple(specs)
+
+
+def _parse_target(target: str, source: str) -> Target:
+    try:
+        return Target(target)
+    except TargetError as error:
+        raise ArtifactError(f"{source}: unreadable target string {target!r}: {error}") from None
+
+
+def required_cpu_features(target: Target) -> tuple[str, ...]:
+    """The ISA extensions code compiled for `target` (on this machine) may use."""
+    return tuple(sorted(f for f in target.features if f.startswith(_ISA_FEATURE_PREFIXES)))
+
+
+def check_runs_here(info: ModuleInfo, source: str) -> None:
+    """Refuse code built for another architecture or for CPU features this one lacks;
+    the message names the module's target and this machine's."""
+    target = _parse_target(info.target, source)
+    here = f"this machine ({host_triple()}, target 'llvm')"
+    if not target.is_host:
+        raise ArtifactError(
+            f"{source} was built for target '{info.target}' ({target.triple}) and cannot "
+            f"run on {here}: run it on a {target.target_arch} device (e.g. over RPC), or "
+            "rebuild it for this machine with --target llvm"
+        )
+    present = host_cpu_features()
+    if not present:  # unknown CPU (no /proc/cpuinfo): nothing to compare against
+        return
+    missing = [f for f in info.cpu_features if _CPUINFO_NAMES.get(f, f) not in present]
+    if missing:
+        raise ArtifactError(
+            f"{source} was built for target '{info.target}' on a CPU with "
+            f"{', '.join(missing)}, which {here} lacks: rebuild it here, or build for a "
+            "target both CPUs support (e.g. 'llvm -mcpu=x86-64-v2')"
+        )
+
+
+class LibraryLike(Protocol):
+    """What `Module.from_library` needs from `ember.build`'s result."""
+
+    @property
+    def so_path(self) -> Path: ...
+
+    @property
+    def metadata(self) -> Mapping[str, object]: ...
+
+    @property
+    def params(self) -> Mapping[str, np.ndarray]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BenchmarkResult:
+    """Timings of `Module.benchmark`: one mean time per run for each repeat.
+    `mean`, `median`, `max`, `min` and `std` are in milliseconds."""
+
+    seconds: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.seconds) * 1e3
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds) * 1e3
+
+    @property
+    def max(self) -> float:
+        return max(self.seconds) * 1e3
+
+    @property
+    def min(self) -> float:
+        return min(self.seconds) * 1e3
+
+    @property
+    def std(self) -> float:
+        # Population deviation: the repeats are all the runs there are, not a sample.
+        return statistics.pstdev(self.seconds) * 1e3
+
+    def __str__(self) -> str:
+        columns = ("mean", "median", "max", "min", "std")
+        header = " ".join(f"{name + ' (ms)':^12}" for name in columns)
+        values = " ".join(f"{getattr(self, name):^12.4f}" for name in columns)
+        return f"Execution time summary:\n{header.rstrip()}\n{values.rstrip()}"
+
+
+def _aligned_empty(spec: TensorSpec) -> np.ndarray:
+    raw = np.empty(spec.nbytes + _ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % _ALIGNMENT
+    flat = raw[start : start + spec.nbytes].view(spec.dtype)
+    return flat.reshape(spec.shape)
+
+
+def _pointer_array(arrays: Sequence[np.ndarray]) -> ctypes.Array[ctypes.c_void_p]:
+    # At least one slot: a zero-length ctypes array cannot be built portably.
+    return (ctypes.c_void_p * max(len(arrays), 1))(*(a.ctypes.data for a in arrays))
+
+
+class _Abi:
+    """The C functions of one loaded library, with their signatures."""
+
+    def __init__(self, path: Path, source: str) -> None:
+        try:
+            library = ctypes.CDLL(str(path))
+        except OSError as error:
+            raise ArtifactError(f"{source}: cannot load the library {path}: {error}") from None
+        pointers, instance = ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p
+        int32, double = ctypes.c_int32, ctypes.c_double
+        signatures = {
+            "ember_create": (ctypes.c_void_p, (pointers,)),
+            "ember_create_from_file": (ctypes.c_void_p, (ctypes.c_char_p,)),
+            "ember_run": (ctypes.c_int32, (ctypes.c_void_p, pointers, pointers)),
+            "ember_benchmark": (
+                ctypes.c_int32,
+                (instance, pointers, pointers, int32, int32, double, int32, ctypes.POINTER(double)),
+            ),
+            "ember_destroy": (None, (ctypes.c_void_p,)),
+            "ember_target": (ctypes.c_char_p, ()),
+            "ember_last_error": (ctypes.c_char_p, ()),
+        }
+        for name, (restype, argtypes) in signatures.items():
+            try:
+                function = getattr(library, name)
+            except AttributeError:
+                raise ArtifactError(
+                    f"{source}: {path.name} does not export {name}: {REBUILD_HINT}"
+                ) from None
+            function.restype, function.argtypes = restype, argtypes
+        self.library = library
+
+    def last_error(self) -> str:
+        message = self.library.ember_last_error()
+        return message.decode(errors="replace") if message else "no message"
+
+
+class Module:
+    """A compiled network, ready to run on this machine."""
+
+    def __init__(
+        self,
+        library_path: Path | str,
+        info: ModuleInfo,
+        params: Path | str | Mapping[str, np.ndarray],
+        *,
+        source: str | None = None,
+    ) -> None:
+        """Load `library_path` and create its instance; `params` is a safetensors file
+        (`mod.params`) the library reads itself, or arrays by name, which the
+        module keeps alive because the library borrows them."""
+        self.info = info
+        self.library_path = Path(library_path)
+        self.source = source or str(library_path)
+        self._abi = _Abi(Path(library_path), self.source)
+        self._check_library_target()
+        self._params = self._create_instance(params)
+        self._inputs = [_aligned_empty(spec) for spec in info.inputs]
+        self._outputs = [_aligned_empty(spec) for spec in info.outputs]
+        self._input_pointers = _pointer_array(self._inputs)
+        self._output_pointers = _pointer_array(self._outputs)
+        self._unset = set(range(len(info.inputs)))
+
+    @classmethod
+    def from_library(cls, library: LibraryLike) -> Module:
+        """Run a freshly built library in place (no export): `Library.load()`."""
+        info = ModuleInfo.from_metadata(library.metadata, str(library.so_path))
+        check_runs_here(info, str(library.so_path))
+        return cls(library.so_path, info, library.params)
+
+    def _check_library_target(self) -> None:
+        built_for = self._abi.library.ember_target()
+        built_for = built_for.decode(errors="replace") if built_for else ""
+        source = self.source
+        if _parse_target(built_for, source) != _parse_target(self.info.target, source):
+            raise ArtifactError(
+                f"{source}: the library was built for target '{built_for}' but its "
+                f"metadata says '{self.info.target}': the files come from different "
+                "builds; rebuild the artifact with `ember compile`"
+            )
+
+    def _create_instance(self, params: Path | str | Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        library = self._abi.library
+        if isinstance(params, Path | str):
+            kept: list[np.ndarray] = []
+            handle = library.ember_create_from_file(os.fsencode(params))
+        else:
+            kept = [_param_array(params, spec, self.source) for spec in self.info.params]
+            handle = library.ember_create(_pointer_array(kept))
+        if not handle:
+            raise ExecutionError(
+                f"{self.source}: creating the module failed: {self._abi.last_error()}"
+            )
+        self._handle = ctypes.c_void_p(handle)
+        # A finalizer, not __del__: it runs once, also at interpreter exit, and
+        # holds the library so ember_destroy outlives the module object.
+        self._finalizer = weakref.finalize(self, library.ember_destroy, self._handle)
+        return kept
+
+    # -- signature --------------------------------------------------------------------
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self.info.inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self.info.outputs
+
+    @property
+    def target(self) -> str:
+        return self.info.target
+
+    def get_num_inputs(self) -> int:
+        return len(self.info.inputs)
+
+    def get_num_outputs(self) -> int:
+        return len(self.info.outputs)
+
+    def get_input_info(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Input name -> (shape, dtype), in the order `run` takes them."""
+        return {spec.name: (spec.shape, spec.dtype) for spec in self.info.inputs}
+
+    def get_output_info(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Output name -> (shape, dtype), in `get_output` index order."""
+        return {spec.name: (spec.shape, spec.dtype) for spec in self.info.outputs}
+
+    # -- running ----------------------------------------------------------------------
+
+    def set_input(self, key: str | int, value: np.ndarray) -> None:
+        """Copy `value` into input `key` (a name or an index); shape and dtype must
+        match exactly (no silent casts: a float64 image would lose precision)."""
+        index = _index_of(key, self.info.inputs, "input")
+        spec = self.info.inputs[index]
+        array = np.asarray(value)
+        if array.dtype != np.dtype(spec.dtype):
+            raise InputError(
+                f"input '{spec.name}' must be {spec.dtype}, got {array.dtype}: convert it "
+                f"first, e.g. array.astype('{spec.dtype}')"
+            )
+        if array.shape != spec.shape:
+            raise InputError(
+                f"input '{spec.name}' must have shape {spec.shape}, got {array.shape}: "
+                "resize or transpose it, or rebuild the module for that shape "
+                "(ember compile --input-shapes)"
+            )
+        np.copyto(self._inputs[index], array)
+        self._unset.discard(index)
+
+    def run(self) -> None:
+        """Run the network once on the inputs set so far."""
+        self._check_ready()
+        status = self._abi.library.ember_run(
+            self._handle, self._input_pointers, self._output_pointers
+        )
+        if status != 0:
+            raise ExecutionError(f"{self.source}: run failed: {self._abi.last_error()}")
+
+    def get_output(self, key: int | str) -> np.ndarray:
+        """A copy of output `key` (an index or a name) from the last run."""
+        return self._outputs[_index_of(key, self.info.outputs, "output")].copy()
+
+    def __call__(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+        """Set the inputs by name, run, and return the outputs by name."""
+        for name, value in inputs.items():
+            self.set_input(name, value)
+        self.run()
+        return {spec.name: self.get_output(i) for i, spec in enumerate(self.info.outputs)}
+
+    def benchmark(
+        self,
+        repeat: int = 3,
+        number: int = 1,
+        min_repeat_ms: float = 500,
+        cache_flush: bool = False,
+    ) -> BenchmarkResult:
+        """Time `run` in C: `repeat` measurements of `number` runs each, `number` grown
+        until one measurement lasts `min_repeat_ms`; `cache_flush` evicts the caches
+        before each run (cold-cache timing, as tuning measures)."""
+        if repeat < 1 or number < 1 or min_repeat_ms < 0:
+            raise ValueError(
+                f"benchmark needs repeat >= 1, number >= 1 and min_repeat_ms >= 0; got "
+                f"repeat={repeat}, number={number}, min_repeat_ms={min_repeat_ms}"
+            )
+        self._check_ready()
+        seconds = (ctypes.c_double * repeat)()
+        status = self._abi.library.ember_benchmark(
+            self._handle,
+            self._input_pointers,
+            self._output_pointers,
+            number,
+            repeat,
+            float(min_repeat_ms),
+            int(cache_flush),
+            seconds,
+        )
+        if status != 0:
+            raise ExecutionError(f"{self.source}: benchmark failed: {self._abi.last_error()}")
+        return BenchmarkResult(tuple(seconds))
+
+    def close(self) -> None:
+        """Free the C instance now rather than when the module is collected."""
+        self._finalizer()
+
+    def _check_ready(self) -> None:
+        if not self._finalizer.alive:
+            raise ExecutionError(f"{self.source}: the module was closed; load it again")
+        if self._unset:
+            names = ", ".join(f"'{self.info.inputs[i].name}'" for i in sorted(self._unset))
+            raise InputError(f"input {names} not set: call set_input(name, array) before run()")
+
+    def __repr__(self) -> str:
+        inputs = ", ".join(map(str, self.info.inputs))
+        return f"Module({self.source!r}, target='{self.info.target}', inputs=[{inputs}])"
+
+
+def _index_of(key: str | int, specs: tuple[TensorSpec, ...], kind: str) -> int:
+    if isinstance(key, int | np.integer) and not isinstance(key, bool):
+        if 0 <= key < len(specs):
+            return int(key)
+    else:
+        for index, spec in enumerate(specs):
+            if spec.name == key:
+                return index
+    listing = "; ".join(f"{i}: {spec}" for i, spec in enumerate(specs))
+    raise InputError(f"the module has no {kind} {key!r}; its {kind}s are {listing}")
+
+
+def _param_array(params: Mapping[str, np.ndarray], spec: TensorSpec, source: str) -> np.ndarray:
+    if spec.name not in params:
+        raise ArtifactError(f"{source}: param '{spec.name}' is missing from the params")
+    array = np.asarray(params[spec.name], order="C")  # keeps 0-d params 0-d
+    if array.shape != spec.shape or array.dtype != np.dtype(spec.dtype):
+        raise ArtifactError(
+            f"{source}: param '{spec.name}' is {array.shape} {array.dtype}, the library "
+            f"expects {spec.shape} {spec.dtype}: the params come from a different build"
+        )
+    return array

@@ -1,0 +1,198 @@
+"""The Python runtime module: inputs, outputs, errors a user sees, benchmark, isolation
+between modules of one library. Libraries are real `ember.build` results."""
+
+from __future__ import annotations
+
+import ctypes.util
+import re
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ember
+from ember.build import Library, build
+from ember.errors import ArtifactError, ExecutionError, InputError
+from ember.graph.interpret import interpret
+from ember.graph.ir import Graph
+from ember.runtime import BenchmarkResult, Module, load
+
+
+@pytest.fixture(scope="module")
+def mlp() -> tuple[Graph, dict[str, np.ndarray], Library]:
+    graph, params = ember.testing.get_workload("mlp", image_shape=(1, 8, 8), num_classes=10)
+    return graph, params, build(graph, "llvm", params=params)
+
+
+@pytest.fixture
+def module(mlp: tuple[object, object, Library]) -> Module:
+    return Module.from_library(mlp[2])
+
+
+def _image(seed: int, shape: tuple[int, ...] = (1, 1, 8, 8)) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_from_library_matches_interpreter(mlp, module: Module) -> None:
+    graph, params, _ = mlp
+    x = _image(0)
+    module.set_input("data", x)
+    module.run()
+    want = interpret(graph, params, {"data": x})["output"]
+    np.testing.assert_allclose(module.get_output(0), want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(module.get_output("output"), want, rtol=1e-4, atol=1e-5)
+
+
+def test_signature(module: Module) -> None:
+    assert module.get_input_info() == {"data": ((1, 1, 8, 8), "float32")}
+    assert module.get_output_info() == {"output": ((1, 10), "float32")}
+    assert (module.get_num_inputs(), module.get_num_outputs()) == (1, 1)
+    assert module.target == "llvm"
+    assert "data (1, 1, 8, 8) float32" in repr(module)
+
+
+def test_call_sets_inputs_and_returns_outputs_by_name(mlp, module: Module) -> None:
+    graph, params, _ = mlp
+    x = _image(1)
+    got = module(data=x)
+    assert list(got) == ["output"]
+    want = interpret(graph, params, {"data": x})["output"]
+    np.testing.assert_allclose(got["output"], want, rtol=1e-4, atol=1e-5)
+
+
+def test_set_input_by_index_copies_the_array(mlp, module: Module) -> None:
+    graph, params, _ = mlp
+    x = _image(2)
+    module.set_input(0, x)
+    x[...] = 0  # the module holds its own copy
+    module.run()
+    want = interpret(graph, params, {"data": _image(2)})["output"]
+    np.testing.assert_allclose(module.get_output(0), want, rtol=1e-4, atol=1e-5)
+
+
+def test_get_output_is_a_copy(module: Module) -> None:
+    module(data=_image(3))
+    first = module.get_output(0)
+    first[...] = -1
+    assert (module.get_output(0) >= 0).all()  # softmax output, untouched
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("image", _image(0), "the module has no input 'image'; its inputs are 0: data"),
+        (1, _image(0), "the module has no input 1; its inputs are 0: data (1, 1, 8, 8)"),
+        ("data", _image(0).astype(np.float64), "input 'data' must be float32, got float64"),
+        ("data", _image(0, (1, 8, 8, 1)), "input 'data' must have shape (1, 1, 8, 8), got (1, 8,"),
+        ("data", [[1.0]], "must be float32, got float64"),
+    ],
+)
+def test_set_input_errors(module: Module, key, value, message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        module.set_input(key, value)
+
+
+def test_output_errors(module: Module) -> None:
+    with pytest.raises(InputError, match=re.escape("no output 1; its outputs are 0: output")):
+        module.get_output(1)
+    with pytest.raises(InputError, match="no output 'logits'"):
+        module.get_output("logits")
+
+
+def test_run_before_set_input(module: Module) -> None:
+    with pytest.raises(InputError, match=re.escape("input 'data' not set: call set_input")):
+        module.run()
+    with pytest.raises(InputError, match="not set"):
+        module.benchmark(repeat=1, min_repeat_ms=0)
+
+
+def test_closed_module_refuses_to_run(module: Module) -> None:
+    module.set_input("data", _image(0))
+    module.close()
+    module.close()  # idempotent
+    with pytest.raises(ExecutionError, match="the module was closed; load it again"):
+        module.run()
+
+
+def test_benchmark_times_in_c(module: Module) -> None:
+    module.set_input("data", _image(0))
+    start = time.perf_counter()
+    result = module.benchmark(repeat=4, number=2, min_repeat_ms=25)
+    elapsed = time.perf_counter() - start
+    assert len(result.seconds) == 4
+    assert all(s > 0 for s in result.seconds)
+    assert elapsed >= 4 * 0.025  # every repeat lasted min_repeat_ms
+    assert result.min <= result.median <= result.max
+    assert result.min <= result.mean <= result.max
+    assert result.mean == pytest.approx(np.mean(result.seconds) * 1e3)
+    assert result.std == pytest.approx(np.std(result.seconds) * 1e3)
+    # The outputs still hold a correct result after timing.
+    np.testing.assert_allclose(module.get_output(0), module(data=_image(0))["output"])
+
+
+def test_benchmark_rejects_bad_settings(module: Module) -> None:
+    module.set_input("data", _image(0))
+    with pytest.raises(ValueError, match="repeat >= 1"):
+        module.benchmark(repeat=0)
+
+
+def test_benchmark_result_format() -> None:
+    result = BenchmarkResult((0.001, 0.002, 0.006))
+    assert (result.mean, result.median, result.max, result.min) == pytest.approx((3, 2, 6, 1))
+    assert result.std == pytest.approx(np.std([1, 2, 6]))
+    assert str(result) == (
+        "Execution time summary:\n"
+        " mean (ms)   median (ms)    max (ms)     min (ms)     std (ms)\n"
+        "   3.0000       2.0000       6.0000       1.0000       2.1602"
+    )
+
+
+def test_modules_of_one_library_run_independently(tmp_path: Path) -> None:
+    graph, params = ember.testing.get_workload("mobilenet", image_shape=(3, 32, 32), num_classes=10)
+    library = build(graph, "llvm", params=params)
+    library.export_library(tmp_path / "net.tar")
+    modules = [load(tmp_path / "net.tar"), load(tmp_path / "net.tar")]
+    images = [_image(10, (1, 3, 32, 32)), _image(11, (1, 3, 32, 32))]
+    wants = [interpret(graph, params, {"data": x})["output"] for x in images]
+    failures: list[str] = []
+
+    def run_many(index: int) -> None:
+        # Both threads run at once (ctypes drops the GIL): a shared arena would mix them.
+        for _ in range(30):
+            got = modules[index](data=images[index])["output"]
+            if not np.allclose(got, wants[index], rtol=1e-4, atol=1e-5):
+                failures.append(f"module {index} computed a wrong result")
+
+    threads = [threading.Thread(target=run_many, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures
+
+
+def test_missing_params_file_reports_the_c_error(mlp) -> None:
+    library = mlp[2]
+    info = Module.from_library(library).info
+    with pytest.raises(ExecutionError, match=r"creating the module failed: .*nowhere\.params"):
+        Module(library.so_path, info, "/nowhere.params")
+
+
+def test_params_of_another_build_are_refused(mlp) -> None:
+    library = mlp[2]
+    params = dict(library.params)
+    name = library.metadata["params"][0]["name"]
+    params[name] = params[name][:1]
+    with pytest.raises(ArtifactError, match=f"param '{name}' is .* the library expects"):
+        Module.from_library(Library(library.so_path, library.metadata, params))
+
+
+def test_a_library_without_the_abi_is_refused(mlp) -> None:
+    libm = ctypes.util.find_library("m")
+    if libm is None:
+        pytest.skip("no libm to load")
+    info = Module.from_library(mlp[2]).info
+    with pytest.raises(ArtifactError, match="does not export ember_create"):
+        Module(libm, info, mlp[2].params)

@@ -1,0 +1,299 @@
+"""ember.build: whole graphs as one library, run through its C ABI with bare ctypes and
+compared with the reference interpreter on the original graph (fp32 rtol 1e-4 /
+atol 1e-5); the metadata; the build cache; and the errors a user can cause."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import safetensors.numpy
+from library_abi import run_library
+
+import ember
+import ember.toolchain
+from ember.errors import BuildError, ToolchainError
+from ember.graph import GraphBuilder
+from ember.graph.interpret import interpret
+from ember.graph.ir import Graph, Params
+from ember.graph.ops.attrs import TopKAttrs
+from ember.testing import get_workload
+
+RTOL = 1e-4
+ATOL = 1e-5
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {v.name: rng.standard_normal(v.shape).astype(v.dtype) for v in graph.inputs}
+
+
+def check_against_interpreter(graph: Graph, params: Params, **build_options: object) -> None:
+    library = ember.build(graph, "llvm", params=params, **build_options)
+    feeds = random_inputs(graph)
+    expected = interpret(graph, params, feeds)
+    outputs = run_library(library, feeds)
+    assert len(outputs) == len(graph.outputs)
+    for value, actual in zip(graph.outputs, outputs, strict=True):
+        np.testing.assert_allclose(actual, expected[value.name], rtol=RTOL, atol=ATOL)
+
+
+def dense_graph() -> tuple[Graph, Params]:
+    """dense + bias + relu (one group), then exp (another); both are outputs."""
+    rng = np.random.default_rng(1)
+    b = GraphBuilder("tiny")
+    x = b.input("x", (2, 8))
+    w = b.param("w", rng.standard_normal((4, 8)).astype("float32"))
+    bias = b.param("bias", rng.standard_normal(4).astype("float32"))
+    hidden = b.add("relu", [b.add("add", [b.add("dense", [x, w]), bias])])
+    return b.build([b.add("exp", [hidden]), hidden])
+
+
+def test_a_tiny_graph_runs_like_the_interpreter() -> None:
+    check_against_interpreter(*dense_graph())
+
+
+@pytest.mark.parametrize(
+    ("name", "image_shape"),
+    [
+        ("resnet-18", (3, 32, 32)),
+        ("mobilenet", (3, 32, 32)),
+        ("squeezenet_v1.1", (3, 64, 64)),
+        ("mlp", (1, 28, 28)),
+    ],
+)
+def test_networks_run_like_the_interpreter(name: str, image_shape: tuple[int, ...]) -> None:
+    check_against_interpreter(*get_workload(name, image_shape=image_shape))
+
+
+def test_outputs_that_no_kernel_writes() -> None:
+    """An input, a param and an output listed twice come out as copies."""
+    b = GraphBuilder("copies")
+    x = b.input("x", (3, 5))
+    table = b.param("table", np.arange(6, dtype="int64").reshape(2, 3))
+    y = b.add("tanh", [x])
+    check_against_interpreter(*b.build([y, x, table, y]))
+
+
+def test_an_intermediate_read_by_many_groups() -> None:
+    """A value read by later groups lives in the arena until its last reader."""
+    b = GraphBuilder("diamond")
+    x = b.input("x", (4, 16))
+    a = b.add("exp", [b.add("reduce_sum", [x], _reduce_attrs())])
+    left = b.add("tanh", [b.add("softmax", [b.add("multiply", [x, a])], _axis_attrs())])
+    right = b.add("sigmoid", [b.add("reduce_max", [x], _reduce_attrs())])
+    check_against_interpreter(*b.build([b.add("add", [left, b.add("multiply", [right, a])])]))
+
+
+def _reduce_attrs():
+    from ember.graph.ops.attrs import ReduceAttrs
+
+    return ReduceAttrs(axes=(1,), keepdims=True)
+
+
+def _axis_attrs():
+    from ember.graph.ops.attrs import AxisAttrs
+
+    return AxisAttrs(axis=1)
+
+
+# -- topk: a hand-written C helper -------------------------------------------------------
+
+
+def topk_graph(shape: tuple[int, ...], dtype: str, attrs: TopKAttrs, both: bool) -> Graph:
+    b = GraphBuilder("topk")
+    x = b.input("x", shape, dtype)
+    values, indices = b.add_multi("topk", [b.add("abs", [x]) if dtype == "float32" else x], attrs)
+    graph, _ = b.build([values, indices] if both else [values])
+    return graph
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "attrs", "both"),
+    [
+        ((2, 50), "float32", TopKAttrs(k=5, axis=1), True),
+        ((3, 7, 4), "float32", TopKAttrs(k=7, axis=1, largest=False), True),
+        ((6, 3), "int32", TopKAttrs(k=2, axis=0), False),  # indices: arena scratch
+    ],
+)
+def test_topk_runs_in_c_like_the_interpreter(
+    shape: tuple[int, ...], dtype: str, attrs: TopKAttrs, both: bool
+) -> None:
+    graph = topk_graph(shape, dtype, attrs, both)
+    rng = np.random.default_rng(3)
+    # Few distinct values, so ties are common and their order is checked; and a NaN.
+    data = rng.integers(-3, 4, size=shape).astype(dtype)
+    if dtype == "float32":
+        data.flat[5] = np.nan
+    library = ember.build(graph, "llvm")
+    expected = interpret(graph, {}, {"x": data})
+    for value, actual in zip(graph.outputs, run_library(library, {"x": data}), strict=True):
+        np.testing.assert_array_equal(actual, expected[value.name])
+    kernels = [group["kernel"] for group in library.metadata["groups"]]
+    assert f"ember_topk_{dtype}" in kernels
+
+
+def test_topk_of_an_unsupported_dtype_is_refused_naming_the_node() -> None:
+    graph = topk_graph((4, 4), "bool", TopKAttrs(k=2, axis=1), True)
+    with pytest.raises(BuildError, match=r"node 'topk' \(topk on bool\) has no C implementation"):
+        ember.build(graph, "llvm")
+
+
+# -- metadata -----------------------------------------------------------------------
+
+
+def test_metadata_describes_the_original_graph() -> None:
+    graph, params = get_workload("resnet-18", image_shape=(3, 32, 32))
+    library = ember.build(graph, "llvm", params=params)
+    meta = library.metadata
+    assert meta["target"] == "llvm" and meta["format_version"] == 1
+    assert meta["ember_version"] == ember.__version__
+    # Inputs keep their NCHW layout; the NHWC transposes are inside the library.
+    assert meta["inputs"] == [{"name": "data", "shape": [1, 3, 32, 32], "dtype": "float32"}]
+    assert meta["outputs"][0]["shape"] == [1, 1000]
+    # The params after the passes (batch norms folded, weights HWIO), in ABI order.
+    assert [entry["name"] for entry in meta["params"]] == list(library.params)
+    for entry in meta["params"]:
+        array = library.params[entry["name"]]
+        assert list(array.shape) == entry["shape"] and str(array.dtype) == entry["dtype"]
+    plan = meta["memory_plan"]
+    assert 0 < plan["arena_bytes"] < plan["total_bytes"]
+    groups = meta["groups"]
+    assert len(groups) == meta["graph"]["fused_groups"]
+    keys = {group["workload_key"] for group in groups}
+    assert meta["graph"]["kernels"] == len(keys) < len(groups)  # shared kernels
+    assert meta["graph"]["nodes"] == len(graph.nodes)
+    assert meta["graph"]["total_flops"] > 2 * meta["graph"]["total_macs"] > 0
+
+
+def test_unsafe_param_names_are_renamed() -> None:
+    b = GraphBuilder("names")
+    x = b.input("x", (2, 3))
+    weight = b.param('wé"ight', np.full((2, 3), 2.5, "float32"))
+    graph, params = b.build([b.add("multiply", [x, weight])])
+    library = ember.build(graph, "llvm", params=params)
+    (name,) = library.params
+    assert name == "w__ight" and library.metadata["params"][0]["name"] == name
+
+
+def test_a_second_build_compiles_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph, params = get_workload("mobilenet", image_shape=(3, 32, 32))
+    first = ember.build(graph, "llvm", params=params)
+
+    def no_compiler(*args: object) -> None:
+        raise AssertionError("the second build ran the compiler")
+
+    monkeypatch.setattr(ember.toolchain, "_run", no_compiler)
+    second = ember.build(graph, "llvm", params=params)
+    assert second.so_path == first.so_path
+
+
+def test_progress_bar_on_request(capsys: pytest.CaptureFixture[str]) -> None:
+    graph, params = dense_graph()
+    ember.build(graph, params=params, progress=True)
+    assert "building tiny" in capsys.readouterr().err
+    ember.build(graph, params=params, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+AARCH64 = "llvm -mtriple=aarch64-linux-gnu -mattr=+neon"
+AARCH64_SYSROOT = Path("/usr/aarch64-linux-gnu")
+
+# Runs a library from C: params from a safetensors file, one input, one output.
+DRIVER = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+typedef struct ember_instance ember_instance;
+ember_instance* ember_create_from_file(const char* params_path);
+int32_t ember_run(ember_instance* instance, const void* const* inputs, void* const* outputs);
+const char* ember_last_error(void);
+static void* slurp(const char* path, long n) {
+  void* data = malloc(n);
+  FILE* f = fopen(path, "rb");
+  if (!f || fread(data, 1, n, f) != (size_t)n) exit(3);
+  fclose(f);
+  return data;
+}
+int main(int argc, char** argv) {
+  ember_instance* instance = ember_create_from_file(argv[1]);
+  if (!instance) { fprintf(stderr, "%s\n", ember_last_error()); return 1; }
+  const void* inputs[] = {slurp(argv[2], atol(argv[3]))};
+  void* outputs[] = {malloc(atol(argv[5]))};
+  if (ember_run(instance, inputs, outputs) != 0) {
+    fprintf(stderr, "%s\n", ember_last_error());
+    return 2;
+  }
+  FILE* f = fopen(argv[4], "wb");
+  fwrite(outputs[0], 1, atol(argv[5]), f);
+  fclose(f);
+  return 0;
+}
+"""
+
+
+def test_cross_build_runs_on_aarch64_under_qemu(tmp_path: Path) -> None:
+    graph, params = get_workload("mobilenet", image_shape=(3, 32, 32))
+    try:
+        library = ember.build(graph, AARCH64, params=params)
+    except ToolchainError as error:
+        pytest.skip(f"no aarch64 cross compiler: {error}")
+    header = library.so_path.read_bytes()[:20]
+    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183
+    assert library.metadata["target"] == AARCH64
+    if shutil.which("qemu-aarch64") is None or not AARCH64_SYSROOT.is_dir():
+        pytest.skip("qemu-aarch64 or the aarch64 sysroot is not installed")
+    (tmp_path / "driver.c").write_text(DRIVER)
+    driver = tmp_path / "driver"
+    cc = ["aarch64-linux-gnu-gcc", str(tmp_path / "driver.c"), str(library.so_path)]
+    subprocess.run([*cc, "-o", str(driver)], check=True)
+    safetensors.numpy.save_file(library.params, str(tmp_path / "mod.params"))
+    data = random_inputs(graph)["data"]
+    data.tofile(tmp_path / "input.bin")
+    out_bytes = graph.outputs[0].type.nbytes
+    args = ["mod.params", "input.bin", str(data.nbytes), "output.bin", str(out_bytes)]
+    qemu = ["qemu-aarch64", "-L", str(AARCH64_SYSROOT), str(driver), *args]
+    subprocess.run(qemu, cwd=tmp_path, check=True, timeout=120)
+    actual = np.fromfile(tmp_path / "output.bin", "float32").reshape(graph.outputs[0].shape)
+    expected = interpret(graph, params, {"data": data})[graph.outputs[0].name]
+    np.testing.assert_allclose(actual, expected, rtol=RTOL, atol=ATOL)
+
+
+# -- errors -------------------------------------------------------------------------
+
+
+def test_missing_params_are_named() -> None:
+    graph, _ = dense_graph()
+    with pytest.raises(BuildError, match=r"needs params w, bias that were not given"):
+        ember.build(graph, "llvm")
+
+
+def test_params_of_another_graph_are_refused() -> None:
+    graph, params = dense_graph()
+    with pytest.raises(BuildError, match=r"param 'w' is float32\[8, 4\], the graph expects"):
+        ember.build(graph, "llvm", params={**params, "w": params["w"].T.copy()})
+
+
+def test_tuning_records_are_not_faked() -> None:
+    graph, params = dense_graph()
+    with pytest.raises(BuildError, match="arrives with the auto-scheduler"):
+        ember.build(graph, "llvm", params=params, tuning_records="records.json")
+
+
+def test_gpu_targets_are_refused() -> None:
+    graph, params = dense_graph()
+    with pytest.raises(BuildError, match="supports CPU targets"):
+        ember.build(graph, "cuda -arch=sm_90", params=params)
+
+
+def test_load_runs_the_library_in_place() -> None:
+    graph, params = dense_graph()
+    module = ember.build(graph, params=params).load()
+    feeds = random_inputs(graph)
+    module.set_input("x", feeds["x"])
+    module.run()
+    expected = interpret(graph, params, feeds)[graph.outputs[0].name]
+    np.testing.assert_allclose(module.get_output(0), expected, rtol=RTOL, atol=ATOL)
