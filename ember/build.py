@@ -1,14 +1,16 @@
 """ember.build: a graph and its params to one shared library that runs the whole graph.
 
     lib = ember.build(graph, "llvm", params=params)
-    lib.so_path, lib.metadata, lib.params
+    lib.so_path, lib.metadata, lib.params, lib.sources (the generated C, loop IR)
     lib.export_library("net.tar")
 
 The pipeline, one named step after another (EMBER_DEBUG=1 prints each result):
 
 1. graph passes (`optimize`): fold_constants, fold_batch_norm, convert_layout to NHWC
    (CPU kernels vectorise over the innermost channel axis), then simplify, which must
-   come after convert_layout to merge the transposes it leaves. Param names are made
+   come after convert_layout to merge the transposes it leaves, then pack_weights
+   (constant dense/matmul weights re-laid out in blocks of the target's vector lanes;
+   `mod.json` names each packed param's layout). Param names are made
    safe for the safetensors reader in C. Inputs and outputs keep their names and
    layouts: the transposes to and from NHWC are inside the library.
 2. fuse into groups; each group becomes one kernel, groups with the same workload key
@@ -31,7 +33,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +55,9 @@ from ember.graph.passes import (
     fuse,
     simplify,
 )
+from ember.graph.passes.pack_weights import pack_weights, packed_layouts
+from ember.loop.ir import PrimFunc
+from ember.loop.printer import format_func
 from ember.runtime.aot import (
     TOPK_DTYPES,
     AotProgram,
@@ -77,29 +82,53 @@ from ember.te.dag import ComputeDAG
 from ember.toolchain import compile_object, kernel_source, link_shared
 from ember.topi import NOT_EXPRESSIBLE, group_to_dag
 
-# The C ABI every library exports (ember/runtime/c/runtime.c), nothing else.
-ABI_SYMBOLS = (
-    "ember_create",
-    "ember_create_from_file",
-    "ember_run",
-    "ember_benchmark",
-    "ember_destroy",
-    "ember_target",
-    "ember_last_error",
-)
 _OBJECT_FLAGS = ("-fvisibility=hidden",)
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class KernelSource:
+    """What one kernel of a library was generated as: its C and its loop IR."""
+
+    name: str
+    c_source: str
+    func: PrimFunc
+
+    @property
+    def loop_ir(self) -> str:
+        """The loop IR as text (printed on demand: most builds never ask)."""
+        return format_func(self.func) + "\n"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class GeneratedSources:
+    """The generated code of a library, exactly as it was compiled: the AOT entry
+    point's C and each distinct kernel's. (The hand-written runtime is not in it: it
+    is the same in every library, ember/runtime/c.)"""
+
+    entry_point: str = ""
+    kernels: tuple[KernelSource, ...] = ()
+
+    def files(self) -> dict[str, str]:
+        """File name -> text: `entry.c`, and `NAME.c` and `NAME.loop` per kernel."""
+        files = {"entry.c": self.entry_point}
+        for kernel in self.kernels:
+            files[f"{kernel.name}.c"] = kernel.c_source
+            files[f"{kernel.name}.loop"] = kernel.loop_ir
+        return files
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Library:
-    """A built library: `so_path` (mod.so, in the build cache), `metadata` (mod.json)
-    and `params` (mod.params: the arrays after the graph passes, by the names in
-    `metadata["params"]`, in that order)."""
+    """A built library: `so_path` (mod.so, in the build cache), `metadata` (mod.json),
+    `params` (mod.params: the arrays after the graph passes, by the names in
+    `metadata["params"]`, in that order) and `sources` (the generated C it was
+    compiled from, for reading; not part of the artifact)."""
 
     so_path: Path
     metadata: dict[str, object]
     params: dict[str, np.ndarray]
+    sources: GeneratedSources = field(default_factory=GeneratedSources)
 
     @property
     def target(self) -> Target:
@@ -140,16 +169,15 @@ def build(
             "auto-scheduler; build without tuning_records to use the default schedules"
         )
     arrays = _checked_params(graph, params)
-    optimized, arrays = optimize(graph, arrays)
+    optimized, arrays = optimize(graph, arrays, target)
     fused = fuse(optimized, arrays)
     _dump("fused graph", fused)
     plan = plan_build(fused, target)
     show = sys.stderr.isatty() if progress is None else progress
-    so_path = _compile_and_link(plan, target, graph.name, show)
+    so_path, sources = _compile_and_link(plan, target, graph.name, show)
     metadata = _metadata(graph, fused, plan, target)
-    return Library(
-        so_path, metadata, {value.name: arrays[value.name] for value in optimized.params}
-    )
+    params_out = {value.name: arrays[value.name] for value in optimized.params}
+    return Library(so_path, metadata, params_out, sources)
 
 
 def _checked_params(graph: Graph, params: Mapping[str, np.ndarray] | None) -> Params:
@@ -173,12 +201,17 @@ def _checked_params(graph: Graph, params: Mapping[str, np.ndarray] | None) -> Pa
     return arrays
 
 
-def optimize(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, Params]:
-    """The graph passes of a CPU build (step 1 of the module docstring)."""
+def optimize(
+    graph: Graph, params: Mapping[str, np.ndarray], target: Target | None = None
+) -> tuple[Graph, Params]:
+    """The graph passes of a CPU build (step 1 of the module docstring); with a
+    `target`, constant weights are also packed for its vectors."""
     result, arrays = fold_constants(graph, params)
     result, arrays = fold_batch_norm(result, arrays)
     result, arrays = convert_layout(result, arrays, "NHWC")
     result, arrays = simplify(result, arrays)  # after convert_layout: merges its transposes
+    if target is not None:  # last: the passes before it know no packed ops
+        result, arrays = pack_weights(result, arrays, target)
     if result.inputs != graph.inputs or result.outputs != graph.outputs:
         raise BuildError(
             f"the graph passes changed the inputs or outputs of {graph.name!r}; this is a "
@@ -247,6 +280,7 @@ class GroupRecord:
     workload_key: str | None
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    flops: int  # of one run of the group, for the profile's GFLOP/s
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -377,33 +411,41 @@ def _record(group: FusedGroup, kernel: str, workload_key: str | None) -> GroupRe
         workload_key=workload_key,
         inputs=tuple(value.name for value in group.inputs),
         outputs=tuple(value.name for value in group.outputs),
+        flops=summarize(group.as_graph()).total_flops,
     )
 
 
 # -- compile ---------------------------------------------------------------------------
 
 
-def _compile_and_link(plan: BuildPlan, target: Target, name: str, show: bool) -> Path:
-    """Every object compiled in parallel (cached), then linked into one library.
-    Kernels are lowered on this thread while earlier ones compile."""
-    sources = [*runtime_sources(), render_entry_point(plan.program)]
-    _dump("AOT entry point", sources[-1])
+def _compile_and_link(
+    plan: BuildPlan, target: Target, name: str, show: bool
+) -> tuple[Path, GeneratedSources]:
+    """Every object compiled in parallel (cached), then linked into one library; also
+    the generated sources, as compiled. Kernels are lowered on this thread while
+    earlier ones compile."""
+    entry_point = render_entry_point(plan.program)
+    _dump("AOT entry point", entry_point)
+    kernels: list[KernelSource] = []
     with (
         ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool,
         _progress_bar(show, f"building {name}", len(plan.kernels)) as advance,
     ):
         futures: list[Future[Path]] = [
-            pool.submit(compile_object, source, target, _OBJECT_FLAGS) for source in sources
+            pool.submit(compile_object, source, target, _OBJECT_FLAGS)
+            for source in (*runtime_sources(), entry_point)
         ]
         for job in plan.kernels:
-            future = pool.submit(compile_object, _kernel_source(job, target), target, _OBJECT_FLAGS)
+            kernel = _kernel_source(job, target)
+            kernels.append(kernel)
+            future = pool.submit(compile_object, kernel.c_source, target, _OBJECT_FLAGS)
             future.add_done_callback(lambda _: advance())
             futures.append(future)
         objects = [future.result() for future in futures]
-    return link_shared(objects, target)
+    return link_shared(objects, target), GeneratedSources(entry_point, tuple(kernels))
 
 
-def _kernel_source(job: KernelJob, target: Target) -> str:
+def _kernel_source(job: KernelJob, target: Target) -> KernelSource:
     state = default_schedule(job.dag, target)
     func = lower(state, job.name)
     if entry_symbols(func)[1] != job.symbol:
@@ -411,7 +453,7 @@ def _kernel_source(job: KernelJob, target: Target) -> str:
             f"kernel {job.name} was rendered with entry {entry_symbols(func)[1]}, not "
             f"{job.symbol}; this is a bug in Ember, please report it"
         )
-    return kernel_source(func)
+    return KernelSource(job.name, kernel_source(func), func)
 
 
 @contextmanager
@@ -444,6 +486,7 @@ def _metadata(
 
     summary = summarize(original).to_json()
     del summary["inputs"], summary["outputs"]
+    layouts = packed_layouts(fused.graph)
     return {
         "format_version": FORMAT_VERSION,
         "ember_version": __version__,
@@ -451,7 +494,7 @@ def _metadata(
         "name": original.name,
         "inputs": [_tensor_json(value) for value in original.inputs],
         "outputs": [_tensor_json(value) for value in original.outputs],
-        "params": [_tensor_json(value) for value in fused.graph.params],
+        "params": [_param_json(value, layouts) for value in fused.graph.params],
         "memory_plan": plan.memory.to_json(),
         "groups": [
             {
@@ -461,6 +504,7 @@ def _metadata(
                 "workload_key": record.workload_key,
                 "inputs": list(record.inputs),
                 "outputs": list(record.outputs),
+                "flops": record.flops,
             }
             for record in plan.groups
         ],
@@ -471,6 +515,14 @@ def _metadata(
             "kernels": len(plan.kernels),
         },
     }
+
+
+def _param_json(value: Value, layouts: Mapping[str, str]) -> dict[str, object]:
+    """A param's entry; one re-laid out at build time names its layout (pack_weights)."""
+    entry = _tensor_json(value)
+    if value.name in layouts:
+        entry["layout"] = layouts[value.name]
+    return entry
 
 
 def _tensor_json(value: Value) -> dict[str, object]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ember.errors import EmberError
+
 
 def cache_dir() -> Path:
     """Where generated kernels, shared objects and records go (`EMBER_CACHE_DIR`)."""
@@ -17,3 +19,19 @@ def cache_dir() -> Path:
 def debug_enabled() -> bool:
     """`EMBER_DEBUG=1` dumps each pipeline stage's output."""
     return os.environ.get("EMBER_DEBUG", "") not in ("", "0", "false", "no")
+
+
+def artifact_cache_bytes() -> int:
+    """How much the extracted artifacts under `cache_dir()/artifacts` may hold before
+    the least recently used are removed (`EMBER_ARTIFACT_CACHE_MB`, default 1024)."""
+    configured = os.environ.get("EMBER_ARTIFACT_CACHE_MB", "").strip()
+    try:
+        megabytes = float(configured) if configured else 1024.0
+    except ValueError:
+        megabytes = -1.0
+    if not megabytes >= 0:  # also NaN
+        raise EmberError(
+            f"EMBER_ARTIFACT_CACHE_MB={configured!r} is not a size in megabytes; set it to "
+            "a number >= 0 (e.g. 1024), or unset it for the default"
+        )
+    return int(megabytes * 2**20)

@@ -43,6 +43,7 @@ from ember.codegen.renderer import output_args
 from ember.config import cache_dir, debug_enabled
 from ember.errors import KernelCallError, ToolchainError
 from ember.loop.ir import PrimFunc
+from ember.loop.unroll import unroll_loops
 from ember.loop.vectorize import vectorize
 from ember.target import Target, host_cpu_features, host_triple
 
@@ -366,9 +367,12 @@ def load_kernel(path: Path | str, func: PrimFunc, source: str | None = None) -> 
 
 
 def kernel_source(func: PrimFunc) -> str:
-    """The C source `build_kernel` compiles: simplify, vectorize, render."""
-    # Simplify first so index arithmetic is folded before vectorize looks for affine
-    # (Ramp) forms; vectorize itself folds what its Ramp algebra produces.
+    """The C source `build_kernel` compiles: unroll, simplify, vectorize, render."""
+    # Unroll first so simplify folds the unrolled loop variables into constant indices
+    # (which the renderer's register promotion needs); simplify before vectorize so
+    # index arithmetic is folded before it looks for affine (Ramp) forms; vectorize
+    # itself folds what its Ramp algebra produces.
+    func = unroll_loops(func)
     func = _simplify(func)
     func = vectorize(func)
     if debug_enabled():

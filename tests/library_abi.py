@@ -1,5 +1,5 @@
 """A built library's C ABI through bare ctypes, for tests that check the library itself
-(not the Python runtime that wraps it): create, run, benchmark, errors."""
+(not the Python runtime that wraps it): create, run, benchmark, profile, errors."""
 
 from __future__ import annotations
 
@@ -40,6 +40,18 @@ class LibraryABI:
             ctypes.c_int32,
             ctypes.POINTER(ctypes.c_double),
         ]
+        so.ember_profile.restype = ctypes.c_int32
+        so.ember_profile.argtypes = [
+            ctypes.c_void_p,
+            _POINTERS,
+            _POINTERS,
+            ctypes.c_int32,
+            ctypes.POINTER(ctypes.c_double),
+        ]
+        so.ember_num_steps.restype = ctypes.c_int32
+        for name in ("ember_step_name", "ember_step_kernel"):
+            getattr(so, name).restype = ctypes.c_char_p
+            getattr(so, name).argtypes = [ctypes.c_int32]
         so.ember_destroy.restype = None
         so.ember_destroy.argtypes = [ctypes.c_void_p]
         so.ember_target.restype = ctypes.c_char_p

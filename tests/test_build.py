@@ -159,6 +159,12 @@ def test_metadata_describes_the_original_graph() -> None:
     for entry in meta["params"]:
         array = library.params[entry["name"]]
         assert list(array.shape) == entry["shape"] and str(array.dtype) == entry["dtype"]
+    # The classifier's weight, packed for the target's vectors (pack_weights): 1000
+    # outputs in 125 blocks of 8 (one row: no padding to 16), K = 512 inside.
+    packed = [entry for entry in meta["params"] if "layout" in entry]
+    assert packed == [
+        {"name": "fc_weight_NK8n", "shape": [125, 512, 8], "dtype": "float32", "layout": "NK8n"}
+    ]
     plan = meta["memory_plan"]
     assert 0 < plan["arena_bytes"] < plan["total_bytes"]
     groups = meta["groups"]
@@ -297,3 +303,17 @@ def test_load_runs_the_library_in_place() -> None:
     module.run()
     expected = interpret(graph, params, feeds)[graph.outputs[0].name]
     np.testing.assert_allclose(module.get_output(0), expected, rtol=RTOL, atol=ATOL)
+
+
+def test_the_library_keeps_the_sources_it_compiled() -> None:
+    graph, params = dense_graph()
+    library = ember.build(graph, params=params)
+    sources = library.sources
+    assert "int32_t ember_model_run(" in sources.entry_point
+    kernels = {group["kernel"] for group in library.metadata["groups"]}  # type: ignore[attr-defined]
+    assert {kernel.name for kernel in sources.kernels} == kernels
+    for kernel in sources.kernels:
+        assert f"{kernel.name}_packed" in kernel.c_source
+        assert kernel.loop_ir.startswith(f"func {kernel.name}(")
+    files = sources.files()
+    assert set(files) == {"entry.c"} | {f"{k}.{ext}" for k in kernels for ext in ("c", "loop")}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -143,9 +144,20 @@ def test_compile_prints_what_it_built(tmp_path: Path, capsys: pytest.CaptureFixt
     assert tarfile.is_tarfile(artifact)
 
 
-def test_compile_dump_code_writes_kernels_entry_and_loop_ir(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_compile_dump_code_writes_what_build_compiled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The dumped files are `Library.sources` of the build itself, not a re-run."""
+    import ember
+
+    built: list[ember.Library] = []
+    real_build = ember.build
+
+    def build_and_keep(*args: object, **kwargs: object) -> ember.Library:
+        built.append(real_build(*args, **kwargs))  # type: ignore[arg-type]
+        return built[-1]
+
+    monkeypatch.setattr(ember, "build", build_and_keep)
     options = ["-o", tmp_path / "net.tar", "--dump-code", tmp_path / "code"]
     code, out, _ = run_cli(capsys, "compile", "mlp", "--input-shapes", "data:[2,3,8,8]", *options)
     assert code == 0
@@ -156,10 +168,13 @@ def test_compile_dump_code_writes_kernels_entry_and_loop_ir(
         f for f in files if f.endswith(".loop")
     ]
     assert "ember_model_run" in (tmp_path / "code" / "entry.c").read_text()
-    dense = next(name for name in kernels if name.startswith("dense_add_relu"))
+    dense = next(name for name in kernels if name.startswith("dense_pack_add_relu"))
     assert "for" in (tmp_path / "code" / dense).read_text()
     assert (tmp_path / "code" / dense.replace(".c", ".loop")).read_text().startswith("func ")
     assert "11 files" in out
+    (library,) = built
+    for name, text in library.sources.files().items():
+        assert (tmp_path / "code" / name).read_text() == text
 
 
 def test_run_saves_outputs_that_match_onnxruntime(
@@ -217,6 +232,30 @@ def test_run_print_time_and_top_k_with_labels(
             assert fields[:2] == [str(rank), str(index)]
             assert float(fields[2]) == pytest.approx(probabilities[item, index], rel=1e-3)
             assert " ".join(fields[3:]) == f"class number {index}"
+
+
+def test_run_profile_prints_each_group_slowest_first(
+    mlp_artifact: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ember.runtime import read_metadata
+
+    groups = read_metadata(mlp_artifact)["groups"]
+    assert isinstance(groups, list)
+    code, out, _ = run_cli(capsys, "run", mlp_artifact, "--profile", "--repeat", "3")
+    assert code == 0
+    lines = out.splitlines()
+    title = lines.index(f"Per-step profile: {len(groups)} steps, median of 3 runs each")
+    assert lines[title + 1].split() == ["rank", "step", "time", "(ms)", "share", "cumul",
+                                        "GFLOP/s", "group", "kernel"]  # fmt: skip
+    rows = [line.split() for line in lines[title + 2 : title + 2 + len(groups)]]
+    assert [int(row[0]) for row in rows] == list(range(1, len(groups) + 1))
+    times = [float(row[2]) for row in rows]
+    assert times == sorted(times, reverse=True) and times[-1] > 0
+    by_step = {int(row[1]): (row[6], row[7]) for row in rows}
+    assert by_step == {i: (g["name"], g["kernel"]) for i, g in enumerate(groups)}
+    total = lines[title + 2 + len(groups)].split()
+    assert (total[0], total[2]) == ("total", "100.0%")
+    assert float(total[1]) == pytest.approx(sum(times), abs=1e-3)
 
 
 def test_top_classes_of_logits_say_score_and_break_ties_by_index() -> None:
@@ -286,6 +325,16 @@ RUN_ERRORS = {
         lambda tmp: ["-o", tmp / "absent" / "out.npz"],
         ["out.npz", "directory does not exist"],
     ),
+    # np.savez would have written DIR.npz beside it.
+    "output is a directory": (lambda tmp: ["-o", tmp], ["is a directory", ".npz file's name"]),
+    "number too large for C": (
+        lambda tmp: ["--print-time", "--number", str(2**31)],
+        ["--number takes a count below 2**31"],
+    ),
+    "NaN min-repeat-ms": (
+        lambda tmp: ["--print-time", "--min-repeat-ms", "nan"],
+        ["--min-repeat-ms takes a finite time"],
+    ),
 }
 
 
@@ -317,6 +366,9 @@ def test_run_missing_and_corrupt_artifacts(
     truncated = _write(tmp_path / "truncated.tar", mlp_artifact.read_bytes()[:5000])
     code, _, err = run_cli(capsys, "run", truncated)
     assert code == 2 and "truncated.tar" in err
+    # tarfile's multi-line "tried gz, bz2, xz" report is said in one line.
+    code, _, err = run_cli(capsys, "run", garbage)
+    assert err.count("\n") == 1 and "not a tar file" in err, err
 
 
 def test_the_ember_command_exits_2_without_a_traceback(tmp_path: Path) -> None:
@@ -359,6 +411,16 @@ def test_compile_error_messages(
         assert phrase in err
 
 
+def test_compile_refuses_dump_code_into_a_file_before_building(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    taken = _write(tmp_path / "code", b"a file")
+    code, out, err = run_cli(capsys, "compile", "mlp", "-o", tmp_path / "net.tar",
+                             "--dump-code", taken)  # fmt: skip
+    assert code == 2 and "--dump-code" in err and "is a file" in err
+    assert not (tmp_path / "net.tar").exists() and "compiled" not in out
+
+
 def test_info_on_an_artifact(mlp_artifact: Path, capsys: pytest.CaptureFixture[str]) -> None:
     graph, params = get_workload("mlp", batch_size=2, image_shape=MLP_SHAPE[1:])
     summary = summarize(graph)
@@ -383,6 +445,42 @@ def test_info_on_an_artifact(mlp_artifact: Path, capsys: pytest.CaptureFixture[s
 def test_info_on_a_damaged_artifact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(capsys, "info", _write(tmp_path / "bad.tar", b"nothing"))
     assert code == 2 and "bad.tar" in err and "rebuild it" in err
+
+
+def _with_metadata(artifact: Path, path: Path, **changes: object) -> Path:
+    with tarfile.open(artifact) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}  # type: ignore[union-attr]
+    metadata = {**json.loads(members["mod.json"]), **changes}
+    members["mod.json"] = json.dumps(metadata).encode()
+    with tarfile.open(path, "w") as tar:
+        for name, blob in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+    return path
+
+
+def test_info_refuses_another_artifact_format_as_run_does(
+    mlp_artifact: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    future = _with_metadata(mlp_artifact, tmp_path / "future.tar", format_version=99)
+    for command in ("info", "run"):
+        code, _, err = run_cli(capsys, command, future)
+        assert code == 2 and "artifact format 99" in err, err
+
+
+def test_info_shows_an_artifact_with_damaged_extras(
+    mlp_artifact: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Entries `ember info` only displays may be damaged: it shows the rest, and no
+    traceback."""
+    odd = _with_metadata(mlp_artifact, tmp_path / "odd.tar", memory_plan=[1], groups=5,
+                         graph={"total_flops": "many"}, versions=None)  # fmt: skip
+    code, out, _ = run_cli(capsys, "info", odd, "--json")
+    assert code == 0
+    info = json.loads(out)
+    assert (info["groups"], info["arena_bytes"], info["total_flops"]) == (0, 0, 0)
+    assert info["inputs"] == [{"name": "data", "shape": [2, 3, 8, 8], "dtype": "float32"}]
 
 
 @pytest.mark.skipif(

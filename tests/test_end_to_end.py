@@ -67,6 +67,7 @@ SMALL_INPUTS: dict[str, tuple[int, ...]] = {
     **{f"resnet3d-{n}": (1, 3, 4, 32, 32) for n in (18, 34, 50)},
     "mobilenet": (2, 3, 32, 32),
     "mobilenet_v2": (2, 3, 32, 32),
+    "mobilenet_v3_small": (2, 3, 32, 32),
     "squeezenet_v1.1": (2, 3, 32, 32),
     "inception_v3": (1, 3, 75, 75),
     "mlp": (2, 3, 8, 8),

@@ -50,6 +50,7 @@ from ember.graph.ops.attrs import (
 from ember.graph.ops.nn import LrnAttrs
 from ember.graph.ops.sparse import SparseDenseAttrs
 from ember.graph.passes import convert_layout, fold_batch_norm, fuse, simplify
+from ember.graph.passes.pack_weights import pack_weights
 from ember.kernel import build_groups
 from ember.target import Target
 from ember.testing import get_workload
@@ -233,6 +234,10 @@ for layout in ("NHWC", "NCHW"):
         ),
         conv_case(layout, 2, (15, 15), 32, 32, (3, 3), pads=(1, 1, 1, 1), groups=32),
         conv_case(layout, 1, (8, 8), 24, 24, (3, 3), strides=(2, 2), pads=(0, 0, 1, 1), groups=24),
+        # Grouped, vectorized over output channels: 32 (then 4) channels per group, so
+        # a vector's input channel group is the same in every lane (a broadcast).
+        conv_case(layout, 1, (6, 14), 64, 64, (3, 3), pads=(1, 1, 1, 1), groups=2),
+        conv_case(layout, 1, (7, 8), 32, 64, (1, 1), groups=16),
     ]
     pool = PoolAttrs((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, False, layout)
     pool_ceil = PoolAttrs((2, 2), (2, 2), (0, 0, 0, 0), (1, 1), True, True, layout)
@@ -268,6 +273,15 @@ CASES += [
     case("matmul", [rand(5, 40), rand(40, 32, seed=1)], epilogue="last"),
     case("matmul", [rand(2, 7, 9), rand(2, 9, 13, seed=1)], data=2),
     case("matmul", [rand(2, 1, 3, 5), rand(3, 5, 2, seed=1)], data=2),
+    # Register tiles of rows x vectors (ember/schedule/default_dense.py): a tail of
+    # rows, a single row with 5 vectors of 8, batch axes, a vector input, narrow blocks.
+    case("dense_pack", [rand(17, 40), rand(4, 40, 16, seed=1)], epilogue="last"),
+    case("dense_pack", [rand(1, 64), rand(5, 64, 8, seed=1)], epilogue="last"),
+    case("dense_pack", [rand(2, 5, 24), rand(3, 24, 16, seed=1)]),
+    case("dense_pack", [rand(24), rand(2, 24, 16, seed=1)]),
+    case("dense_pack", [rand(9, 12), rand(3, 12, 4, seed=1)]),
+    case("matmul", [rand(3, 10, 12), rand(3, 12, 64, seed=1)], data=2, epilogue="last"),
+    case("matmul", [rand(24), rand(2, 24, 32, seed=1)], data=2),
 ]
 
 
@@ -359,6 +373,25 @@ def test_pad_prologue_and_residual_epilogue() -> None:
     assert check_groups(*_explicit_pad_then_conv()) == 1
 
 
+def test_packed_weights_compile_to_the_unpacked_results() -> None:
+    """pack_weights, then every group compiled and run in turn on the compiled results
+    of the ones before: the outputs equal the interpreter's on the unpacked graph."""
+    b = GraphBuilder("layers")
+    x = b.input("x", (5, 48))
+    hidden = b.add("dense", [x, b.param("w1", rand(64, 48, seed=1))])
+    hidden = b.add("relu", [b.add("add", [hidden, b.param("b1", rand(64, seed=2))])])
+    logits = b.add("dense", [hidden, b.param("w2", rand(10, 64, seed=3))])  # padded to 16
+    y = b.add("matmul", [logits, b.param("w3", rand(10, 40, seed=4))])  # blocks of 8
+    graph, params = b.build([y])
+    packed, packed_params = pack_weights(graph, params, TARGET)
+    assert [n.op for n in packed.nodes].count("dense_pack") == 3
+    env: dict[str, np.ndarray] = {**packed_params, "x": rand(5, 48, seed=5)}
+    for kernel in build_groups(fuse(packed, packed_params).groups, TARGET):
+        env.update(kernel.run(env))
+    want = interpret(graph, params, {"x": env["x"]})
+    np.testing.assert_allclose(env[y.name], want[y.name], RTOL, ATOL)
+
+
 @pytest.mark.parametrize(
     ("name", "layout"), [("resnet-18", "NHWC"), ("mobilenet", "NHWC"), ("resnet-18", "NCHW")]
 )
@@ -368,6 +401,8 @@ def test_network_kernels_match_the_interpreter(name: str, layout: str) -> None:
     if layout == "NHWC":
         graph, params = convert_layout(graph, params, "NHWC")
     graph, params = simplify(graph, params)
+    if layout == "NHWC":  # as ember.build does: the classifier's weight packed
+        graph, params = pack_weights(graph, params, TARGET)
     feeds = {value.name: rand(*value.shape, seed=3) for value in graph.inputs}
     assert check_groups(graph, params, feeds) > 5
 
@@ -390,5 +425,7 @@ def test_full_size_network_kernels_match_the_interpreter(name: str, layout: str)
     if layout == "NHWC":
         graph, params = convert_layout(graph, params, "NHWC")
     graph, params = simplify(graph, params)
+    if layout == "NHWC":  # as ember.build does: the classifier's weight packed
+        graph, params = pack_weights(graph, params, TARGET)
     feeds = {value.name: rand(*value.shape, seed=3) for value in graph.inputs}
     assert check_groups(graph, params, feeds) > 20

@@ -13,9 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ember.cli_commands.common import format_bytes, format_count
-from ember.errors import ArtifactError
-from ember.runtime.artifact import METADATA_FILE
-from ember.runtime.module import REBUILD_HINT, ModuleInfo, TensorSpec
+from ember.runtime.artifact import read_metadata
+from ember.runtime.module import ModuleInfo, TensorSpec
 
 
 def is_artifact(model: str) -> bool:
@@ -23,57 +22,45 @@ def is_artifact(model: str) -> bool:
     return model.endswith(".tar") or (Path(model).is_file() and tarfile.is_tarfile(model))
 
 
-def read_artifact_metadata(path: Path) -> dict[str, Any]:
-    """mod.json of the artifact at `path`, read straight from the tar."""
-    if not path.is_file():
-        raise ArtifactError(
-            f"no artifact at {path}: build one with `ember compile MODEL -o {path}`"
-        )
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            member = tar.getmember(METADATA_FILE)
-            contents = tar.extractfile(member)
-            if contents is None:
-                raise KeyError(METADATA_FILE)
-            metadata = json.loads(contents.read())
-    except KeyError:
-        raise ArtifactError(f"{path} has no {METADATA_FILE}: {REBUILD_HINT}") from None
-    except (tarfile.TarError, EOFError, OSError, ValueError) as error:
-        raise ArtifactError(
-            f"{path} is not a readable Ember artifact ({error}): {REBUILD_HINT}"
-        ) from None
-    if not isinstance(metadata, dict):
-        raise ArtifactError(f"{path}: {METADATA_FILE} is not a JSON object: {REBUILD_HINT}")
-    return metadata
+def _entry(metadata: dict[str, Any], key: str, kind: type) -> Any:
+    """An optional entry of mod.json (`kind()` if absent or of another type: `ember
+    info` shows what it can of an artifact whose extras are damaged)."""
+    value = metadata.get(key)
+    return value if isinstance(value, kind) else kind()
+
+
+def _int(table: dict[str, Any], key: str) -> int:
+    value = table.get(key, 0)
+    return int(value) if isinstance(value, int | float) and math.isfinite(value) else 0
 
 
 def artifact_summary(path: Path) -> dict[str, Any]:
     """The facts `ember info` shows about an artifact, as plain JSON data."""
-    metadata = read_artifact_metadata(path)
+    metadata = read_metadata(path)
     info = ModuleInfo.from_metadata(metadata, str(path))
-    plan = metadata.get("memory_plan") or {}
-    graph = metadata.get("graph") or {}
-    groups = metadata.get("groups") or []
+    plan = _entry(metadata, "memory_plan", dict)
+    graph = _entry(metadata, "graph", dict)
+    groups = [group for group in _entry(metadata, "groups", list) if isinstance(group, dict)]
 
     def tensor(spec: TensorSpec) -> dict[str, Any]:
         return {"name": spec.name, "shape": list(spec.shape), "dtype": spec.dtype}
 
     return {
         "artifact": str(path),
-        "name": metadata.get("name", path.stem),
+        "name": str(metadata.get("name", path.stem)),
         "target": info.target,
         "inputs": [tensor(spec) for spec in info.inputs],
         # `ember run -o` saves output i under output_i.
         "outputs": [{"key": f"output_{i}", **tensor(s)} for i, s in enumerate(info.outputs)],
         "groups": len(groups),
-        "kernels": len({group.get("kernel") for group in groups}),
-        "arena_bytes": int(plan.get("arena_bytes", 0)),
+        "kernels": len({str(group.get("kernel")) for group in groups}),
+        "arena_bytes": _int(plan, "arena_bytes"),
         "params": sum(math.prod(spec.shape) for spec in info.params),
         "param_bytes": sum(spec.nbytes for spec in info.params),
-        "total_macs": int(graph.get("total_macs", 0)),
-        "total_flops": int(graph.get("total_flops", 0)),
+        "total_macs": _int(graph, "total_macs"),
+        "total_flops": _int(graph, "total_flops"),
         "format_version": metadata.get("format_version"),
-        "versions": metadata.get("versions", {}),
+        "versions": _entry(metadata, "versions", dict),
     }
 
 

@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ember.cli_commands.common import (
     add_model_arguments,
     format_bytes,
@@ -21,7 +19,6 @@ from ember.cli_commands.common import (
     parse_shapes,
 )
 from ember.errors import UsageError
-from ember.graph.ir import Graph
 from ember.target import Target
 
 
@@ -45,30 +42,8 @@ def describe_library(metadata: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def generated_code(
-    graph: Graph, params: Mapping[str, np.ndarray], target: Target
-) -> dict[str, str]:
-    """File name -> text: each kernel's C (`NAME.c`) and loop IR (`NAME.loop`), and the
-    AOT entry point (`entry.c`), made by the same planning steps as `ember.build`."""
-    from ember.build import optimize, plan_build
-    from ember.graph.passes import fuse
-    from ember.loop.printer import format_func
-    from ember.runtime.aot import render_entry_point
-    from ember.schedule.default import default_schedule
-    from ember.schedule.lower import lower
-    from ember.toolchain import kernel_source
-
-    optimized, arrays = optimize(graph, params)
-    plan = plan_build(fuse(optimized, arrays), target)
-    files = {"entry.c": render_entry_point(plan.program)}
-    for job in plan.kernels:
-        func = lower(default_schedule(job.dag, target), job.name)
-        files[f"{job.name}.c"] = kernel_source(func)
-        files[f"{job.name}.loop"] = format_func(func) + "\n"
-    return files
-
-
 def dump_code(files: Mapping[str, str], directory: Path) -> None:
+    """Write `files` (name -> text, from `Library.sources.files()`) into `directory`."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
@@ -90,6 +65,8 @@ def command_compile(args: argparse.Namespace) -> int:
             f"--tuning-records {args.tuning_records!r} does not exist; give the records file "
             "`ember tune -o` wrote, or leave the option out for the default schedules"
         )
+    if args.dump_code and Path(args.dump_code).exists() and not Path(args.dump_code).is_dir():
+        raise UsageError(f"--dump-code {args.dump_code!r} is a file; give a directory")
     target = Target(args.target)
     start = time.perf_counter()
     graph, params = load_model(args.model, parse_shapes(args.shapes), args.batch_size, args.layout)
@@ -100,7 +77,7 @@ def command_compile(args: argparse.Namespace) -> int:
     for line in describe_library(library.metadata):
         print(line)
     if args.dump_code:
-        files = generated_code(graph, params, target)
+        files = library.sources.files()
         dump_code(files, Path(args.dump_code))
         print(f"  generated code: {len(files)} files in {args.dump_code}")
     print(f"  artifact: {output} ({format_bytes(output.stat().st_size)})")

@@ -1,5 +1,6 @@
 """`ember run ARTIFACT`: load a compiled artifact, feed it inputs from an .npz file (or
-generated ones), run it, save the outputs, and print timings and the top-K classes.
+generated ones), run it, save the outputs, and print timings, a per-kernel profile
+(`--profile`) and the top-K classes.
 
 Outputs are saved under tvmc's keys, `output_0`, `output_1`, ..., in the model's
 output order (`ember info ARTIFACT` lists which name is which), so the
@@ -9,6 +10,7 @@ post-processing scripts written for tvmc read them unchanged.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -174,8 +176,12 @@ def _check_options(args: argparse.Namespace) -> None:
                           ("--number", args.number)):  # fmt: skip
         if value is not None and value < 1:
             raise UsageError(f"{option} takes a positive count, got {value}")
-    if args.min_repeat_ms < 0:
-        raise UsageError(f"--min-repeat-ms takes a time >= 0, got {args.min_repeat_ms}")
+        if value is not None and value > 2**31 - 1:
+            raise UsageError(f"{option} takes a count below 2**31, got {value}")
+    if not 0 <= args.min_repeat_ms < math.inf:
+        raise UsageError(f"--min-repeat-ms takes a finite time >= 0, got {args.min_repeat_ms}")
+    if args.output and Path(args.output).is_dir():
+        raise UsageError(f"-o {args.output!r} is a directory; give the .npz file's name")
     if args.output and not Path(args.output).parent.is_dir():
         raise UsageError(f"-o {args.output!r}: its directory does not exist; create it first")
 
@@ -207,6 +213,8 @@ def command_run(args: argparse.Namespace) -> int:
             repeat=args.repeat, number=args.number, min_repeat_ms=args.min_repeat_ms
         )
         print(result)
+    if args.profile:
+        print(module.profile(repeat=args.repeat))
     if args.print_top:
         print(format_top(outputs[0], args.print_top, labels, "output_0"))
     return 0
@@ -227,7 +235,15 @@ def add_parser(commands: Any) -> None:
         "floats, 0/1 integers; seeded, so runs repeat)",
     )
     run.add_argument("--print-time", action="store_true", help="benchmark and print ms")
-    run.add_argument("--repeat", type=int, default=10, help="timed measurements (default 10)")
+    run.add_argument(
+        "--profile",
+        action="store_true",
+        help="time each fused group's kernel (median of --repeat runs) and print them, "
+        "slowest first, with share of the total and GFLOP/s",
+    )
+    run.add_argument(
+        "--repeat", type=int, default=10, help="timed measurements, or profiled runs (default 10)"
+    )
     run.add_argument("--number", type=int, default=1, help="runs averaged per measurement")
     run.add_argument(
         "--min-repeat-ms",

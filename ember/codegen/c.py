@@ -22,15 +22,17 @@ per-kernel glue; it returns -1 when `num_args` is wrong, else 0.
   helpers; min/max return the first operand unless the second compares greater/less,
   so NaN handling matches the loop interpreter. `round` is `nearbyint` in the default
   rounding mode: half to even.
-- Local Allocates are aligned stack arrays (above `STACK_LIMIT_BYTES` they go to the
-  heap so OpenMP threads' small stacks do not overflow); global ones use
-  aligned_alloc/free.
+- Local Allocates accessed only whole (after `promote_registers`: a register tile's
+  accumulators, one vector each) are variables; other local Allocates, and global
+  ones inside a loop (a buffer computed at a tile: a heap allocation per iteration
+  would cost more than the tile), are aligned stack arrays up to
+  `STACK_LIMIT_BYTES`; larger ones and global ones outside loops go to the heap
+  (aligned_alloc/free), so OpenMP threads' small stacks do not overflow.
 """
 
 from __future__ import annotations
 
-from string import Template
-
+from ember.codegen.c_helpers import float_floor_division, integer_division
 from ember.codegen.renderer import (
     BIT_AND,
     BIT_OR,
@@ -55,9 +57,12 @@ from ember.loop.ir import (
     Ramp,
     Store,
     split_dtype,
+    vector_dtype,
 )
+from ember.loop.registers import is_register, promote_registers
 from ember.loop.vectorize import flatten_index, lanes_of, vectorize
 from ember.te.expr import Binary, BinaryOp, Call, Cast, Const, Expr, Select, Unary, UnaryOp
+from ember.te.visit import walk
 
 ALIGNMENT = 64
 STACK_LIMIT_BYTES = 256 * 1024
@@ -106,8 +111,9 @@ _PREAMBLE = """\
 
 def render_c(func: PrimFunc) -> str:
     """C source of `func`. VECTORIZED loops left in it are vectorized first (a no-op
-    on the output of `vectorize`; `build_kernel` also simplifies before that)."""
-    return CRenderer(vectorize(func)).render()
+    on the output of `vectorize`; `build_kernel` also unrolls and simplifies before
+    that), then small constant-indexed local buffers are promoted to variables."""
+    return CRenderer(promote_registers(vectorize(func))).render()
 
 
 def entry_symbols(func: PrimFunc) -> tuple[str, str]:
@@ -145,6 +151,8 @@ class CRenderer(Renderer):
     def __init__(self, func: PrimFunc) -> None:
         super().__init__(func)
         self.typedefs: dict[str, str] = {}
+        # Local buffers declared as one variable each (see `is_register`).
+        self.registers: set[Buffer] = set()
 
     # -- the translation unit --------------------------------------------------------
 
@@ -228,10 +236,17 @@ class CRenderer(Renderer):
         name, c_type = self.names.of(buffer), self.scalar_type(buffer.dtype)
         size = max(buffer.size, 1)
         nbytes = size * bits_of(buffer.dtype) // 8
-        on_stack = buffer.scope == "local" and nbytes <= STACK_LIMIT_BYTES
+        in_loop = self.loop_depth > 0  # allocated per iteration: never the heap
+        on_stack = nbytes <= STACK_LIMIT_BYTES and (buffer.scope == "local" or in_loop)
         if not self.declare(name):
             with self.block(""):
                 self.allocate(allocate)
+            return
+        if is_register(buffer, allocate.body):
+            # One value accessed whole: a variable the compiler keeps in a register.
+            self.registers.add(buffer)
+            self.emit(f"{self.scalar_type(vector_dtype(buffer.dtype, size))} {name};")
+            self.stmt(allocate.body)
             return
         if on_stack:
             self.emit(f"{c_type} {name}[{size}] __attribute__((aligned({ALIGNMENT})));")
@@ -245,7 +260,17 @@ class CRenderer(Renderer):
         self.stmt(allocate.body)
         self.emit(f"free({name});")
 
+    def rendered(self, expr: Expr) -> tuple[str, int]:
+        if isinstance(expr, Load) and expr.buffer in self.registers:
+            return self.names.of(expr.buffer), PRIMARY
+        return super().rendered(expr)
+
     def store(self, store: Store) -> None:
+        if store.buffer in self.registers:
+            size = store.buffer.size
+            value = store.value if lanes_of(store.value) == size else Broadcast(store.value, size)
+            self.emit(f"{self.names.of(store.buffer)} = {self.expr(value)};")
+            return
         value_lanes = lanes_of(store.value)
         index_lanes = max((lanes_of(i) for i in store.indices), default=1)
         if value_lanes == 1 and index_lanes == 1:
@@ -293,10 +318,9 @@ class CRenderer(Renderer):
         if op in ("min", "max"):
             body = f"  return b {'<' if op == 'min' else '>'} a ? b : a;"
         elif dtype.startswith("float"):
-            template = _FLOAT_FLOORDIV if op == "floordiv" else _FLOAT_FLOORMOD
-            body = Template(template).substitute(t=t, f="f" if dtype == "float32" else "")
+            body = float_floor_division(op, t, "f" if dtype == "float32" else "")
         else:
-            body = _integer_division(op, t, signed=not dtype.startswith("uint"))
+            body = integer_division(op, t, signed=not dtype.startswith("uint"))
         return self.helper(name, f"static inline {t} {name}({t} a, {t} b) {{\n{body}\n}}")
 
     # -- vector expressions ------------------------------------------------------------
@@ -325,7 +349,8 @@ class CRenderer(Renderer):
                 return self.unary("~", a), UNARY
             case Select(condition, true_value, false_value):
                 if lanes_of(condition) == 1:
-                    return self.scalar_expr(expr)
+                    guarded = self.guarded_load(condition, true_value, false_value)
+                    return (guarded, PRIMARY) if guarded else self.scalar_expr(expr)
                 width = lane_bits(true_value.dtype)
                 helper = self.select_helper(true_value.dtype)
                 mask = self.mask_to_width(condition, width)
@@ -406,6 +431,45 @@ class CRenderer(Renderer):
             mask = self.vector_type(f"int32x{lanes}")
             return f"__builtin_convertvector({text}, {mask})", PRIMARY
         return text, precedence
+
+    def guarded_load(self, condition: Expr, true_value: Expr, false_value: Expr) -> str | None:
+        """`condition ? load : other` without a branch, or None: the load reads a safe
+        address (the start of its buffer) when the condition is false and its lanes
+        are then replaced by `other`. Only for a contiguous vector load, of a buffer at
+        least a vector long, against an `other` that cannot fault; this is what an
+        inlined padding looks like in a depthwise conv or a pool, where a branch per
+        load would cost more than the arithmetic."""
+        if _is_contiguous_load(false_value) and _cannot_fault(true_value):
+            condition = Unary(UnaryOp.NOT, condition)
+            true_value, false_value = false_value, true_value
+        if not (_is_contiguous_load(true_value) and _cannot_fault(false_value)):
+            return None
+        assert isinstance(true_value, Load)
+        buffer, lanes = true_value.buffer, lanes_of(true_value)
+        if buffer.dtype == "bool" or buffer.size < lanes:
+            return None
+        vtype = self.vector_type(true_value.dtype)
+        t = self.scalar_type(buffer.dtype)
+        load = self.memory_helper("load", buffer.dtype, lanes, vtype)
+        select = self.select_helper(true_value.dtype)
+        mask = self.broadcast("c", "bool", lanes)
+        if lane_bits(buffer.dtype) != 32:
+            mask_type = self.vector_type(f"int{lane_bits(buffer.dtype)}x{lanes}")
+            mask = f"__builtin_convertvector({mask}, {mask_type})"
+        name = f"ember_load_if_{buffer.dtype}x{lanes}"
+        self.helper(
+            name,
+            f"static inline {vtype} {name}(_Bool c, const {t}* p, const {t}* safe, "
+            f"{vtype} otherwise) {{\n"
+            f"  return {select}({mask}, {load}(c ? p : safe), otherwise);\n}}",
+        )
+        flat = flatten_index(buffer, true_value.indices)
+        assert isinstance(flat, Ramp)
+        name_of = self.names.of(buffer)
+        return (
+            f"{name}({self.expr(condition)}, &{name_of}[{self.expr(flat.base)}], {name_of}, "
+            f"{self.expr(false_value)})"
+        )
 
     def mask_to_width(self, mask: Expr, width: int) -> str:
         """A canonical (int32) mask as the mask of `width`-bit lanes."""
@@ -514,41 +578,25 @@ class CRenderer(Renderer):
         return self.helper(name, f"static inline {vtype} {name}({params}) {{\n{body}\n}}")
 
 
-def _integer_division(op: str, t: str, signed: bool) -> str:
-    """The body of C integer `div` (truncating), `floordiv` or `floormod` of a by b, of
-    C type `t`, as NumPy computes them: 0 for a zero divisor, where C traps, and
-    signed division by -1 wrapping INT_MIN / -1 to INT_MIN (a trap in C too). With a
-    constant divisor, as in index arithmetic, the checks fold away."""
-    lines = ["  if (b == 0) return 0;"]
-    if signed:
-        negated = "0" if op == "floormod" else f"({t})(0 - (uint64_t)a)"
-        lines.append(f"  if (b == -1) return {negated};")
-    lines += {
-        "div": ["  return a / b;"],
-        "floordiv": [
-            f"  {t} q = a / b;",
-            "  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;",
-        ],
-        "floormod": [f"  {t} r = a % b;", "  return (r != 0 && (r < 0) != (b < 0)) ? r + b : r;"],
-    }[op]
-    return "\n".join(lines)
+def _is_contiguous_load(expr: Expr) -> bool:
+    if not isinstance(expr, Load) or lanes_of(expr) == 1:
+        return False
+    flat = flatten_index(expr.buffer, expr.indices)
+    return isinstance(flat, Ramp) and flat.stride == 1 and lanes_of(flat.base) == 1
 
 
-# Floating-point floor division and modulo as NumPy computes them (np.floor_divide /
-# np.remainder); $t: the C type, $f: the math functions' suffix.
-_FLOAT_FLOORMOD = """\
-  $t r = fmod$f(a, b);
-  if (r != 0) {
-    if ((b < 0) != (r < 0)) r += b;
-  } else {
-    r = copysign$f(0, b);
-  }
-  return r;"""
-_FLOAT_FLOORDIV = """\
-  if (b == 0) return a / b;
-  $t r = fmod$f(a, b);
-  $t q = (a - r) / b;
-  if (r != 0 && (b < 0) != (r < 0)) q -= 1;
-  if (q == 0) return copysign$f(0, a / b);
-  $t f = floor$f(q);
-  return q - f > ($t)0.5 ? f + 1 : f;"""
+def _cannot_fault(expr: Expr) -> bool:
+    """No load and no integer division in `expr`: safe to evaluate in any case."""
+    for node in walk(expr):
+        if isinstance(node, Load):
+            return False
+        if isinstance(node, Binary) and node.op in _DIVISIONS and _is_integer(node.dtype):
+            return False
+    return True
+
+
+_DIVISIONS = (BinaryOp.DIV, BinaryOp.FLOOR_DIV, BinaryOp.FLOOR_MOD)
+
+
+def _is_integer(dtype: str) -> bool:
+    return split_dtype(dtype)[0].startswith(("int", "uint"))

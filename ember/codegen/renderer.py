@@ -14,8 +14,10 @@ is passed as a pointer to const.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -76,6 +78,20 @@ HELPER_OPS = {
     BinaryOp.MIN: "min",
     BinaryOp.MAX: "max",
 }
+
+# Operators that keep non-negative integer operands non-negative.
+_NON_NEGATIVE_OPS = frozenset(
+    {
+        BinaryOp.ADD,
+        BinaryOp.MUL,
+        BinaryOp.FLOOR_DIV,
+        BinaryOp.FLOOR_MOD,
+        BinaryOp.MIN,
+        BinaryOp.MAX,
+    }
+)
+# C computes these in int; their wrap-around stays with the helpers.
+_SMALL_INTS = frozenset({"int8", "int16", "uint8", "uint16"})
 
 # C keywords and names the generated code itself uses.
 _RESERVED_WORDS = """
@@ -186,6 +202,9 @@ class Renderer:
         self.scopes: list[set[str]] = [set()]
         self.helpers: dict[str, str] = {}  # name -> definition, in dependency order
         self.unroll_budget = 0
+        self.loop_depth = 0  # loops around the statement being rendered
+        # Variables of the enclosing loops (all run from 0: never negative).
+        self.loop_vars: set[Var] = set()
 
     # -- language tables (subclasses override) -------------------------------------
 
@@ -264,8 +283,10 @@ class Renderer:
         )
         saved = self.unroll_budget
         self.unroll_budget = max(self.unroll_budget, loop.unroll_max_step)
-        with self.block(header):
+        self.loop_depth += 1
+        with self.bound(loop.var, is_loop=True), self.block(header):
             self.stmt(loop.body)
+        self.loop_depth -= 1
         self.unroll_budget = saved
 
     def loop_pragma(self, loop: For) -> str | None:
@@ -283,10 +304,38 @@ class Renderer:
         name = self.names.of(loop.var)
         self.emit(f"// {name} unrolled: 0..{extent - 1}")
         for i in range(extent):
-            with self.block(""):
+            with self.block(""), self.bound(loop.var, is_loop=True):
                 self.emit(f"const {self.scalar_type(loop.var.dtype)} {name} = {i};")
                 self.declare(name)
                 self.stmt(loop.body)
+
+    @contextlib.contextmanager
+    def bound(self, var: Var, is_loop: bool) -> Iterator[None]:
+        """Within: `var` is bound by a loop (`is_loop`) or by something else."""
+        was_loop = var in self.loop_vars
+        if is_loop:
+            self.loop_vars.add(var)
+        else:
+            self.loop_vars.discard(var)
+        try:
+            yield
+        finally:
+            if was_loop:
+                self.loop_vars.add(var)
+            else:
+                self.loop_vars.discard(var)
+
+    def non_negative(self, expr: Expr) -> bool:
+        """Whether integer `expr` is never negative: built from loop variables and
+        non-negative constants by +, *, floor division and modulo, min and max."""
+        match expr:
+            case Const(value):
+                return not isinstance(value, float) and int(value) >= 0
+            case Var():
+                return expr in self.loop_vars
+            case Binary(op, a, b) if op in _NON_NEGATIVE_OPS:
+                return self.non_negative(a) and self.non_negative(b)
+        return False
 
     def store(self, store: Store) -> None:
         index = self.flat_index(store.buffer, store.indices)
@@ -295,14 +344,15 @@ class Renderer:
     def let(self, let: LetStmt) -> None:
         name = self.names.of(let.var)
         line = f"const {self.value_type(let.var.dtype)} {name} = {self.expr(let.value)};"
-        if self.declare(name):
-            self.emit(line)
-            self.stmt(let.body)
-            return
-        with self.block(""):  # the same variable bound again in this block
-            self.emit(line)
-            self.declare(name)
-            self.stmt(let.body)
+        with self.bound(let.var, is_loop=False):
+            if self.declare(name):
+                self.emit(line)
+                self.stmt(let.body)
+                return
+            with self.block(""):  # the same variable bound again in this block
+                self.emit(line)
+                self.declare(name)
+                self.stmt(let.body)
 
     def allocate(self, allocate: Allocate) -> None:
         raise NotImplementedError
@@ -415,6 +465,11 @@ class Renderer:
 
     def binary(self, expr: Binary) -> tuple[str, int]:
         op, dtype = expr.op, expr.a.dtype
+        if op in (BinaryOp.FLOOR_DIV, BinaryOp.FLOOR_MOD) and self.truncates_like_floor(expr):
+            # Both non-negative: C's truncating / and % agree with floor division.
+            symbol = "/" if op is BinaryOp.FLOOR_DIV else "%"
+            text = f"{self.wrapped(expr.a, MULTIPLICATIVE)} {symbol} "
+            return text + self.wrapped(expr.b, MULTIPLICATIVE + 1), MULTIPLICATIVE
         helper = HELPER_OPS.get(op)
         if op is BinaryOp.DIV and needs_checked_division(dtype, expr.b):
             helper = "div"
@@ -438,6 +493,15 @@ class Renderer:
             # C computes small integers in int; wrap like the dtype does.
             return f"({self.scalar_type(dtype)})({text})", UNARY
         return text, precedence
+
+    def truncates_like_floor(self, expr: Binary) -> bool:
+        """An integer floor division or modulo by a positive constant of a value that
+        is never negative (index arithmetic of fused loops)."""
+        if not expr.dtype.startswith(("int", "uint")) or expr.dtype in _SMALL_INTS:
+            return False
+        divisor = expr.b
+        positive = isinstance(divisor, Const) and int(divisor.value) > 0
+        return positive and self.non_negative(expr.a)
 
     def call(self, name: str, args: tuple[Expr, ...], dtype: str) -> str:
         raise NotImplementedError

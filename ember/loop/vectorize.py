@@ -120,6 +120,10 @@ def add(a: Expr, b: Expr) -> Expr:
             return Ramp(add(a.base, b), a.stride, a.lanes)
         case _, Ramp() if lanes_of(a) == 1:
             return Ramp(add(a, b.base), b.stride, b.lanes)
+        case Broadcast(), _ if lanes_of(b) == 1:
+            return Broadcast(add(a.value, b), a.lanes)
+        case _, Broadcast() if lanes_of(a) == 1:
+            return Broadcast(add(a, b.value), b.lanes)
     return _vector_binary(BinaryOp.ADD, a, b)
 
 
@@ -161,6 +165,10 @@ def multiply(a: Expr, b: Expr) -> Expr:
             return Broadcast(multiply(a.value, b), a.lanes)
         if cb == 0 and lanes_of(a) == 1:
             return Const(0, a.dtype)
+    if isinstance(a, Broadcast) and lanes_of(b) == 1:
+        return Broadcast(multiply(a.value, b), a.lanes)
+    if isinstance(b, Broadcast) and lanes_of(a) == 1:
+        return Broadcast(multiply(a, b.value), b.lanes)
     return _vector_binary(BinaryOp.MUL, a, b)
 
 
@@ -384,6 +392,10 @@ class _LoopVectorizer:
             _check_speculatable(b, scope.bounds)
         if _is_int(va) and op in _AFFINE:
             return _AFFINE[op](va, vb)
+        if op in (BinaryOp.FLOOR_DIV, BinaryOp.FLOOR_MOD):
+            blocked = _aligned_division(op, va, vb)
+            if blocked is not None:
+                return blocked
         return _vector_binary(op, va, vb)
 
     def _select(self, condition: Expr, true_value: Expr, false_value: Expr, scope: _Scope) -> Expr:
@@ -398,6 +410,33 @@ class _LoopVectorizer:
 
 
 _AFFINE = {BinaryOp.ADD: add, BinaryOp.SUB: subtract, BinaryOp.MUL: multiply}
+
+
+def _aligned_division(op: BinaryOp, a: Expr, b: Expr) -> Expr | None:
+    """`ramp // d` and `ramp % d` for a contiguous ramp that starts at a multiple of
+    its lanes, with `d` a multiple of the lanes: the lanes never straddle a multiple
+    of `d`, so the quotient is the same in every lane (a broadcast) and the remainder
+    a ramp (a grouped conv's channel group and channel within it)."""
+    divisor = _int_const(b.value) if isinstance(b, Broadcast) else _int_const(b)
+    if not isinstance(a, Ramp) or a.stride != 1 or divisor is None or divisor <= 0:
+        return None
+    if divisor % a.lanes or not _multiple_of(a.base, a.lanes):
+        return None
+    base = Binary(op, a.base, Const(divisor, a.base.dtype))
+    return Broadcast(base, a.lanes) if op is BinaryOp.FLOOR_DIV else Ramp(base, 1, a.lanes)
+
+
+def _multiple_of(expr: Expr, factor: int) -> bool:
+    """Whether integer `expr` is a multiple of `factor` for every value of its
+    variables (checked on its structure: sums and products of multiples)."""
+    match expr:
+        case Const(value) if not isinstance(value, (bool, float)):
+            return int(value) % factor == 0
+        case Binary(BinaryOp.MUL, x, y):
+            return _multiple_of(x, factor) or _multiple_of(y, factor)
+        case Binary(BinaryOp.ADD | BinaryOp.SUB, x, y):
+            return _multiple_of(x, factor) and _multiple_of(y, factor)
+    return False
 
 
 def _is_int(expr: Expr) -> bool:

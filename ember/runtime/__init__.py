@@ -6,7 +6,7 @@ module = ember.runtime.load("net.tar")
 module.set_input("data", x); module.run(); y = module.get_output(0)
 """
 
-from ember.runtime.artifact import FORMAT_VERSION, export_library, load
+from ember.runtime.artifact import FORMAT_VERSION, export_library, load, read_metadata
 from ember.runtime.module import BenchmarkResult, Module, ModuleInfo, TensorSpec
 
 __all__ = [
@@ -17,4 +17,5 @@ __all__ = [
     "TensorSpec",
     "export_library",
     "load",
+    "read_metadata",
 ]

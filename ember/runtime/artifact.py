@@ -8,11 +8,11 @@
 `export_library(library, "net.tar")` writes one; `load("net.tar")` returns a Module.
 A plain `tar -xf net.tar` gives the files a C program needs (examples/deploy_c).
 
-Loading extracts into `cache_dir()/artifacts/<sha256 of the tar>`: the same bytes always
-map to the same directory, so reloading costs one hash, and a changed file at the same
-path never picks up stale files. Each extraction happens in a private directory that
-is renamed into place whole, so concurrent loads of one artifact never see half a
-directory. The checksums in mod.json catch damage that tar's header checks miss.
+Loading extracts into `cache_dir()/artifacts/<sha256 of the tar>` (ember.runtime.
+artifact_cache, which also bounds its size): the same bytes always map to the same
+directory, so reloading costs one hash, and a changed file at the same path never
+picks up stale files. `read_metadata("net.tar")` reads mod.json alone, extracting
+nothing. The checksums in mod.json catch damage that tar's header checks miss.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import platform
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from importlib import metadata as package_metadata
 from pathlib import Path
 
@@ -33,8 +34,9 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-from ember.config import cache_dir
 from ember.errors import ArtifactError
+from ember.runtime import artifact_cache
+from ember.runtime.aot import SAFETENSORS_DTYPES
 from ember.runtime.module import (
     REBUILD_HINT,
     LibraryLike,
@@ -53,18 +55,8 @@ METADATA_FILE = "mod.json"
 PARAMS_FILE = "mod.params"
 MEMBERS = (LIBRARY_FILE, METADATA_FILE, PARAMS_FILE)
 
-# safetensors dtype codes for the dtypes Ember graphs use.
-_SAFETENSORS_DTYPES = {
-    "F64": "float64",
-    "F32": "float32",
-    "F16": "float16",
-    "I64": "int64",
-    "I32": "int32",
-    "I16": "int16",
-    "I8": "int8",
-    "U8": "uint8",
-    "BOOL": "bool",
-}
+# safetensors dtype code -> NumPy dtype, as the C reader matches them.
+_SAFETENSORS_DTYPES = {code: dtype for dtype, code in SAFETENSORS_DTYPES.items()}
 _CHUNK = 1 << 20
 
 
@@ -92,6 +84,8 @@ def export_library(library: LibraryLike, path: Path | str) -> Path:
                 _add_bytes(tar, METADATA_FILE, blob)
                 _add_file(tar, PARAMS_FILE, params_path)
             os.replace(partial, path)
+        except OSError as error:
+            raise ArtifactError(f"cannot write the artifact {path}: {error}") from None
         finally:
             partial.unlink(missing_ok=True)
     return path
@@ -166,25 +160,68 @@ def load(path: Path | str) -> Module:
     """Load an artifact written by `export_library` (or `ember compile`) for running
     on this machine. Raises ArtifactError for an unreadable, incomplete or damaged
     file, another format version, or code built for another machine."""
+    path = _existing(path)
+    source = str(path)
+    directory = artifact_cache.acquire(_sha256(path)[:40], lambda work: _extract(path, work))
+    try:
+        metadata = _read_extracted_metadata(directory, source)
+        info = ModuleInfo.from_metadata(metadata, source)
+        check_runs_here(info, source)
+        _check_params_file(directory / PARAMS_FILE, info, source)
+        module = Module(directory / LIBRARY_FILE, info, directory / PARAMS_FILE, source=source)
+        artifact_cache.hold_while_alive(module, directory)
+    finally:
+        artifact_cache.release(directory)
+    return module
+
+
+def read_metadata(path: Path | str) -> dict[str, object]:
+    """mod.json of the artifact at `path`, read from the tar without extracting or
+    loading the library, and checked as `load` checks it: the format version and the
+    target, inputs, outputs and params entries. Whether the code runs on this machine
+    is not checked, so this works on artifacts built for other devices too."""
+    path = _existing(path)
+    blob: bytes | None = None
+    with _open_tar(path) as tar:
+        for member, name in _known_members(tar):
+            if name == METADATA_FILE:
+                contents = tar.extractfile(member)
+                assert contents is not None  # _known_members yields only files
+                with contents:
+                    blob = contents.read()
+                break
+    if blob is None:
+        raise ArtifactError(f"{path} lacks {METADATA_FILE}: {REBUILD_HINT}")
+    metadata = _parse_metadata(blob, str(path))
+    ModuleInfo.from_metadata(metadata, str(path))
+    return metadata
+
+
+def _existing(path: Path | str) -> Path:
     path = Path(path)
     if not path.is_file():
         raise ArtifactError(
             f"no artifact at {path}: build one with `ember compile MODEL -o {path.name}` "
             "or `ember.build(...).export_library(path)`"
         )
-    directory = _extracted(path)
-    metadata = read_metadata(directory, str(path))
-    info = ModuleInfo.from_metadata(metadata, str(path))
-    check_runs_here(info, str(path))
-    _check_params_file(directory / PARAMS_FILE, info, str(path))
-    return Module(directory / LIBRARY_FILE, info, directory / PARAMS_FILE, source=str(path))
+    return path
 
 
-def read_metadata(directory: Path, source: str) -> dict[str, object]:
-    """mod.json of an extracted artifact, after checking its format version."""
+def _read_extracted_metadata(directory: Path, source: str) -> dict[str, object]:
     try:
-        metadata = json.loads((directory / METADATA_FILE).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        blob = (directory / METADATA_FILE).read_bytes()
+    except OSError as error:
+        raise ArtifactError(
+            f"{source}: {METADATA_FILE} is unreadable ({error}): {REBUILD_HINT}"
+        ) from None
+    return _parse_metadata(blob, source)
+
+
+def _parse_metadata(blob: bytes, source: str) -> dict[str, object]:
+    """mod.json's bytes as a dict, after checking its format version."""
+    try:
+        metadata = json.loads(blob)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ArtifactError(
             f"{source}: {METADATA_FILE} is unreadable ({error}): {REBUILD_HINT}"
         ) from None
@@ -203,53 +240,52 @@ def read_metadata(directory: Path, source: str) -> dict[str, object]:
     return metadata
 
 
-def _extracted(path: Path) -> Path:
-    root = cache_dir() / "artifacts"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / _sha256(path)[:40]
-    if final.is_dir():
-        return final
-    work = Path(tempfile.mkdtemp(prefix=f"{final.name}-", dir=root))
-    try:
-        _extract_members(path, work)
-        _verify_checksums(work, str(path))
-        try:
-            os.rename(work, final)  # atomic; fails if another process got there first
-        except OSError:
-            if not final.is_dir():
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return final
-
-
-def _extract_members(path: Path, directory: Path) -> None:
-    """Copy the three known members out; anything else in the tar is ignored, so no
-    member name can write outside `directory`."""
-    found: set[str] = set()
+@contextmanager
+def _open_tar(path: Path) -> Iterator[tarfile.TarFile]:
+    """`path` opened as a tar; a failure to read it, also while reading its members,
+    becomes one ArtifactError line."""
     try:
         with tarfile.open(path, "r:*") as tar:
-            for member in tar:
-                name = member.name.removeprefix("./")
-                if name not in MEMBERS or not member.isfile() or name in found:
-                    continue
-                contents = tar.extractfile(member)
-                assert contents is not None  # isfile() members always have contents
-                with contents, (directory / name).open("wb") as out:
-                    shutil.copyfileobj(contents, out, _CHUNK)
-                found.add(name)
+            yield tar
     except (tarfile.TarError, EOFError, OSError, ValueError) as error:
+        # tarfile lists each compression it tried, a line each: say it shortly.
+        reason = "not a tar file" if "\n" in str(error) else str(error)
         raise ArtifactError(
             f"{path} is not a readable Ember artifact (a .tar of {', '.join(MEMBERS)}): "
-            f"{error}; {REBUILD_HINT}"
+            f"{reason}; {REBUILD_HINT}"
         ) from None
+
+
+def _known_members(tar: tarfile.TarFile) -> Iterator[tuple[tarfile.TarInfo, str]]:
+    """The first regular file named like each of MEMBERS (`./` allowed), with that
+    name. Anything else in the tar is ignored, so no member name can write outside
+    the extraction directory."""
+    found: set[str] = set()
+    for member in tar:
+        name = member.name.removeprefix("./")
+        if name in MEMBERS and member.isfile() and name not in found:
+            found.add(name)
+            yield member, name
+
+
+def _extract(path: Path, directory: Path) -> None:
+    """The three members of the tar at `path` into `directory`, checksums verified."""
+    found: set[str] = set()
+    with _open_tar(path) as tar:
+        for member, name in _known_members(tar):
+            contents = tar.extractfile(member)
+            assert contents is not None  # _known_members yields only files
+            with contents, (directory / name).open("wb") as out:
+                shutil.copyfileobj(contents, out, _CHUNK)
+            found.add(name)
     missing = [name for name in MEMBERS if name not in found]
     if missing:
         raise ArtifactError(f"{path} lacks {', '.join(missing)}: {REBUILD_HINT}")
+    _verify_checksums(directory, str(path))
 
 
 def _verify_checksums(directory: Path, source: str) -> None:
-    checksums = read_metadata(directory, source).get("checksums")
+    checksums = _read_extracted_metadata(directory, source).get("checksums")
     if not isinstance(checksums, dict):
         raise ArtifactError(f"{source}: {METADATA_FILE} has no checksums: {REBUILD_HINT}")
     for name in (LIBRARY_FILE, PARAMS_FILE):

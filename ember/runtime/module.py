@@ -8,12 +8,16 @@ takes and returns NumPy arrays.
     print(module.benchmark(repeat=3, min_repeat_ms=500))
 
 It wraps the C ABI every Ember library exports: `ember_create[_from_file]`,
-`ember_run`, `ember_benchmark`, `ember_destroy`, `ember_target`, `ember_last_error`.
+`ember_run`, `ember_benchmark`, `ember_profile` (with `ember_num_steps`,
+`ember_step_name`, `ember_step_kernel`), `ember_destroy`, `ember_target`,
+`ember_last_error`.
 Input and output buffers are allocated once per module and their addresses put into
 ctypes pointer arrays once, so `run()` is a single ctypes call; `set_input` copies
 into an input buffer and `get_output` copies out of an output buffer, so arrays a
 caller holds never alias the module's memory. Each module owns one C instance (its
-own arena), so two modules of the same library run independently.
+own arena), so two modules of the same library run independently, also on two threads
+at once (ctypes releases the GIL). One module used from several threads is safe too:
+its calls take turns (a lock), since they share the module's buffers and arena.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import ctypes
 import math
 import os
 import statistics
+import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +36,7 @@ from typing import Protocol
 import numpy as np
 
 from ember.errors import ArtifactError, ExecutionError, InputError, TargetError
+from ember.runtime.profile import GroupInfo, Profile
 from ember.target import Target, host_cpu_features, host_triple
 
 # Instruction-set extensions compiled code may use; other /proc/cpuinfo flags
@@ -58,6 +64,7 @@ _CPUINFO_NAMES = {"neon": "asimd"}
 
 # Buffers start on a cache line so vector loads in the kernels never straddle one.
 _ALIGNMENT = 64
+_INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +93,8 @@ class ModuleInfo:
     params: tuple[TensorSpec, ...]
     # ISA extensions the code was compiled to use; checked against this CPU at load.
     cpu_features: tuple[str, ...]
+    # The fused groups in run order (names, kernels, FLOPs), for the profile.
+    groups: tuple[GroupInfo, ...] = ()
 
     @staticmethod
     def from_metadata(metadata: Mapping[str, object], source: str) -> ModuleInfo:
@@ -104,6 +113,7 @@ class ModuleInfo:
             outputs=_tensor_specs(metadata, "outputs", source),
             params=_tensor_specs(metadata, "params", source),
             cpu_features=tuple(features),
+            groups=GroupInfo.list_from_metadata(metadata),
         )
 
 
@@ -241,6 +251,13 @@ class _Abi:
                 ctypes.c_int32,
                 (instance, pointers, pointers, int32, int32, double, int32, ctypes.POINTER(double)),
             ),
+            "ember_profile": (
+                ctypes.c_int32,
+                (instance, pointers, pointers, int32, ctypes.POINTER(double)),
+            ),
+            "ember_num_steps": (ctypes.c_int32, ()),
+            "ember_step_name": (ctypes.c_char_p, (int32,)),
+            "ember_step_kernel": (ctypes.c_char_p, (int32,)),
             "ember_destroy": (None, (ctypes.c_void_p,)),
             "ember_target": (ctypes.c_char_p, ()),
             "ember_last_error": (ctypes.c_char_p, ()),
@@ -285,6 +302,8 @@ class Module:
         self._input_pointers = _pointer_array(self._inputs)
         self._output_pointers = _pointer_array(self._outputs)
         self._unset = set(range(len(info.inputs)))
+        # Reentrant: __call__ holds it over set_input, run and get_output.
+        self._lock = threading.RLock()
 
     @classmethod
     def from_library(cls, library: LibraryLike) -> Module:
@@ -369,28 +388,33 @@ class Module:
                 "resize or transpose it, or rebuild the module for that shape "
                 "(ember compile --input-shapes)"
             )
-        np.copyto(self._inputs[index], array)
-        self._unset.discard(index)
+        with self._lock:
+            np.copyto(self._inputs[index], array)
+            self._unset.discard(index)
 
     def run(self) -> None:
         """Run the network once on the inputs set so far."""
-        self._check_ready()
-        status = self._abi.library.ember_run(
-            self._handle, self._input_pointers, self._output_pointers
-        )
+        with self._lock:
+            self._check_ready()
+            status = self._abi.library.ember_run(
+                self._handle, self._input_pointers, self._output_pointers
+            )
         if status != 0:
             raise ExecutionError(f"{self.source}: run failed: {self._abi.last_error()}")
 
     def get_output(self, key: int | str) -> np.ndarray:
         """A copy of output `key` (an index or a name) from the last run."""
-        return self._outputs[_index_of(key, self.info.outputs, "output")].copy()
+        index = _index_of(key, self.info.outputs, "output")
+        with self._lock:
+            return self._outputs[index].copy()
 
     def __call__(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
         """Set the inputs by name, run, and return the outputs by name."""
-        for name, value in inputs.items():
-            self.set_input(name, value)
-        self.run()
-        return {spec.name: self.get_output(i) for i, spec in enumerate(self.info.outputs)}
+        with self._lock:
+            for name, value in inputs.items():
+                self.set_input(name, value)
+            self.run()
+            return {spec.name: self.get_output(i) for i, spec in enumerate(self.info.outputs)}
 
     def benchmark(
         self,
@@ -402,30 +426,56 @@ class Module:
         """Time `run` in C: `repeat` measurements of `number` runs each, `number` grown
         until one measurement lasts `min_repeat_ms`; `cache_flush` evicts the caches
         before each run (cold-cache timing, as tuning measures)."""
-        if repeat < 1 or number < 1 or min_repeat_ms < 0:
+        # The C side takes int32 counts; NaN or inf ms would grow `number` forever.
+        counts_fit = 1 <= repeat <= _INT32_MAX and 1 <= number <= _INT32_MAX
+        if not counts_fit or not 0 <= min_repeat_ms < math.inf:
             raise ValueError(
-                f"benchmark needs repeat >= 1, number >= 1 and min_repeat_ms >= 0; got "
+                f"benchmark needs repeat >= 1, number >= 1 (both <= {_INT32_MAX}) and a "
+                f"finite min_repeat_ms >= 0; got "
                 f"repeat={repeat}, number={number}, min_repeat_ms={min_repeat_ms}"
             )
-        self._check_ready()
         seconds = (ctypes.c_double * repeat)()
-        status = self._abi.library.ember_benchmark(
-            self._handle,
-            self._input_pointers,
-            self._output_pointers,
-            number,
-            repeat,
-            float(min_repeat_ms),
-            int(cache_flush),
-            seconds,
-        )
+        with self._lock:
+            self._check_ready()
+            status = self._abi.library.ember_benchmark(
+                self._handle,
+                self._input_pointers,
+                self._output_pointers,
+                number,
+                repeat,
+                float(min_repeat_ms),
+                int(cache_flush),
+                seconds,
+            )
         if status != 0:
             raise ExecutionError(f"{self.source}: benchmark failed: {self._abi.last_error()}")
         return BenchmarkResult(tuple(seconds))
 
+    def profile(self, repeat: int = 10) -> Profile:
+        """Time every step of `run` in C (`ember_profile`): a warm-up run, then
+        `repeat` runs reading the clock after each step; the median per step, with
+        each group's share of the total and GFLOP/s (see ember.runtime.profile)."""
+        if not 1 <= repeat <= _INT32_MAX:
+            raise ValueError(f"profile needs 1 <= repeat <= {_INT32_MAX}; got repeat={repeat}")
+        library = self._abi.library
+        count = library.ember_num_steps()
+        names = [_text(library.ember_step_name(i)) for i in range(count)]
+        kernels = [_text(library.ember_step_kernel(i)) for i in range(count)]
+        seconds = (ctypes.c_double * max(count, 1))()
+        with self._lock:
+            self._check_ready()
+            status = library.ember_profile(
+                self._handle, self._input_pointers, self._output_pointers, repeat, seconds
+            )
+        if status != 0:
+            raise ExecutionError(f"{self.source}: profile failed: {self._abi.last_error()}")
+        return Profile.from_steps(names, kernels, seconds[:count], self.info.groups, repeat)
+
     def close(self) -> None:
-        """Free the C instance now rather than when the module is collected."""
-        self._finalizer()
+        """Free the C instance now rather than when the module is collected (waits
+        for a run in progress on another thread)."""
+        with self._lock:
+            self._finalizer()
 
     def _check_ready(self) -> None:
         if not self._finalizer.alive:
@@ -437,6 +487,10 @@ class Module:
     def __repr__(self) -> str:
         inputs = ", ".join(map(str, self.info.inputs))
         return f"Module({self.source!r}, target='{self.info.target}', inputs=[{inputs}])"
+
+
+def _text(value: bytes | None) -> str:
+    return value.decode(errors="replace") if value else ""
 
 
 def _index_of(key: str | int, specs: tuple[TensorSpec, ...], kind: str) -> int:

@@ -5,13 +5,17 @@ path (`lower` -> codegen).
 The recipe, in the order it is applied:
 
 1. *Inline* every non-reduction stage that is not an output: elementwise producers
-   and the epilogue chain between an anchor and the group's output. Padding stays at
-   root (materialised once) when a reduction reads it: inlined, its select sits in
-   the innermost loop of the micro-kernel, once per FMA, and halves its speed (3x3
-   conv 56x56x64, one thread: 54 GFLOP/s inlined, 113 at root, 135 without padding);
-   and when its condition tests its innermost axis (NCHW pads W), since inlined it
-   would put a lane-dependent select into a vectorized loop, which then cannot be
-   vectorized (its loads may fault).
+   and the epilogue chain between an anchor and the group's output. Padding read by
+   a conv stays at root (materialised once, ~2% of the conv): the conv broadcasts one
+   padded element against a vector of weights, and inlined, its select would sit in
+   the innermost loop of the micro-kernel, once per FMA (3x3 conv 56x56x64, one
+   thread: 54 GFLOP/s inlined, 113 at root, back then). Padding read as vectors of
+   channels (a depthwise conv, a pool: one load per multiply-add, bound by memory) is
+   inlined: codegen turns its select into a branchless guarded load, and the pass of
+   its own would double the memory traffic (depthwise 3x3 56x56x144, one thread: 94
+   GFLOP/s inlined, 45 at root). Padding whose condition tests its innermost axis
+   (NCHW pads W) stays at root, since inlined it would put a lane-dependent select
+   into a vectorized loop, which then cannot be vectorized (its loads may fault).
 2. *Anchors*: a reduction read only by an output, at the output's own indices (conv,
    dense, pool, ... with their bias/relu/residual epilogue, or alone), gets
    register-resident accumulators: `cache_write(anchor, "local")`, the copy-out stage
@@ -19,17 +23,30 @@ The recipe, in the order it is applied:
    the store), the output tiled as
    `fused outer spatial (parallel) | rows (unroll) | vectors (unroll) | lanes (vector)`
    and the accumulator stage `compute_at` the fused outer loop, its loops reordered to
-   `reduce axes..., rows, vectors, lanes`, the register tile innermost. The lanes run
-   over the output's innermost axis (channels in NHWC), the rows over the nearest
-   outer axis with more than one element (output pixels along W in NHWC). That is
-   the worked example of the design document: 7 pixels x 4 vectors of 16 channels.
-   The epilogue cannot instead be computed inside the anchor's nest (an output must
-   stay at root), which is why the anchor is computed at the output's tile.
+   `reduce axes..., rows, vectors, lanes`, the register tile innermost (codegen keeps
+   it in vector registers, `ember.loop.registers`). The lanes run over the output's
+   innermost axis (channels in NHWC), as wide as the reads allow (a grouped conv's
+   vector must stay within a group); the rows over the nearest outer axis with more
+   than one element (output pixels along W in NHWC). The tile has as many
+   accumulators as the vector registers allow beside the weight vectors and the
+   broadcast input: on AVX-512, 14 pixels x 2 vectors of 16 channels (31 of 32
+   registers; the design's worked example, 7 x 4, needs 33 and spills one: 3x3 conv
+   56x56x64 ran at 233 GFLOP/s against 251, one thread), fewer rows when rows would
+   alias in the L1 cache (pixels of 1024 channels lie 4 KiB apart). Matrix products
+   go to `default_dense`. The epilogue cannot instead be computed inside the
+   anchor's nest (an output must stay at root), which is why the anchor is computed
+   at the output's tile. The fused outer loop runs the spatial tiles outside the
+   channel tiles, so that each core reads its share of the input once and the
+   weights from L2, unless the weights outweigh the input on a multi-core target
+   (ResNet-50's last stages), where each core streams its share of the weights.
 3. Every other root stage: a reduction (softmax's max and sum, norms' moments, full
    reductions) keeps its reduce loops inside and vectorizes its innermost spatial axis
    when every read is contiguous in it; an injective stage splits its innermost axis
-   by the vector width and vectorizes it. Both fuse their outer spatial loops into one
-   parallel loop when there is enough work for the cores.
+   by the vector width and vectorizes it. A reduction fuses its outer spatial loops
+   into one parallel loop when there is enough work for the cores; an injective
+   stage fuses only the outer axes that give each core several chunks and keeps the
+   rest as loops (ResNet-50's input padding, 3 channels: fused down to single
+   elements it took a quarter of the first conv's time in index divisions).
 
 Split factors always divide the extents they split (tails would put guards inside
 the unrolled and vectorized loops), so odd sizes get narrower vectors, fewer rows or no
@@ -44,6 +61,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ember.loop.analysis import linear_coefficients
+from ember.schedule.default_dense import schedule_matrix_product
 from ember.schedule.state import Annotation, Location, Stage, State
 from ember.schedule.steps import (
     AnnotationStep,
@@ -56,17 +74,24 @@ from ember.schedule.steps import (
 )
 from ember.target import Target
 from ember.te.dag import ComputeDAG
-from ember.te.expr import Expr, Reduce, Select, TensorRead, Var
+from ember.te.expr import Binary, BinaryOp, Const, Expr, Reduce, Select, TensorRead, Var
 from ember.te.tensor import Tensor
 from ember.te.visit import free_vars, map_expr, substitute, walk
 
 # A loop nest with fewer element operations than this runs on one thread: forking
 # OpenMP threads costs a few microseconds, more than such a nest takes.
 PARALLEL_MIN_WORK = 32 * 1024
-# Most output rows one register tile holds (the worked example's 7 pixels fit it).
-MAX_TILE_ROWS = 8
+# Chunks of a parallel loop per core, enough to balance the load between cores.
+PARALLEL_CHUNKS_PER_CORE = 8
+# Most output rows one register tile holds (14 pixels x 2 vectors of 16 channels fill
+# AVX-512's 32 registers without a spill; the worked example's 7 x 4 spills one).
+MAX_TILE_ROWS = 14
 # Most vectors (or scalars, without vectorization) along the innermost axis per tile.
 MAX_TILE_VECTORS = 4
+# Addresses this many bytes apart share an L1 cache set, which holds CACHE_WAYS lines
+# (8 or more on the x86 and Arm cores we target).
+ALIASING_BYTES = 4096
+CACHE_WAYS = 8
 
 
 def default_schedule(dag: ComputeDAG, target: Target) -> State:
@@ -76,7 +101,8 @@ def default_schedule(dag: ComputeDAG, target: Target) -> State:
     for output in _unique(dag.outputs):
         anchor = _anchor_of(state, output)
         if anchor is not None:
-            state = _schedule_anchor(state, anchor, output, target)
+            product = schedule_matrix_product(state, anchor, output, target)
+            state = product or _schedule_anchor(state, anchor, output, target)
             scheduled.add(id(output))
     for stage in [s for s in state.stages if _is_root_compute(s)]:
         if id(stage.tensor) in scheduled:
@@ -151,22 +177,60 @@ def _keeps_padding_at_root(state: State, index: int) -> bool:
     if op.axes[-1].var in free_vars(op.body.condition):
         return True
     return any(
-        isinstance(state.stages[reader].compute_op.body, Reduce)
+        _broadcasts_from(state, reader, state.stages[index].tensor)
         for reader in state.consumers(index)
+        if isinstance(state.stages[reader].compute_op.body, Reduce)
     )
 
 
-def _contiguous_in(reads: Sequence[TensorRead], var: Var) -> bool:
-    """Whether every read steps by 0 or 1 element as `var` steps by one: `var` in no
-    index but the last, and there with stride 0 or 1 (a vector load or a broadcast)."""
+def _broadcasts_from(state: State, reader: int, tensor: Tensor) -> bool:
+    """Whether reduction `reader` reads `tensor` other than as vectors along its own
+    innermost axis: a conv's input, one element broadcast against a vector of weights
+    (not a depthwise conv's or a pool's, read as vectors of channels)."""
+    innermost = state.stages[reader].compute_op.axes[-1].var
+    for read in _reads(state, reader):
+        if read.tensor is tensor:
+            linear = linear_coefficients(read.indices[-1], innermost)
+            vector = linear is not None and linear[0] == 1
+            vector = vector and not any(innermost in free_vars(i) for i in read.indices[:-1])
+            if not vector:
+                return True
+    return False
+
+
+def _contiguous_in(reads: Sequence[TensorRead], var: Var, lanes: int = 1) -> bool:
+    """Whether every read steps by 0 or 1 element as `var` steps by one within a
+    vector of `lanes` aligned lanes: `var` in no index but the last, and there with
+    stride 0 or 1 (a vector load or a broadcast). `var // d` with `d` a multiple of
+    `lanes` is the same in every lane (a grouped conv's input channel group)."""
+    group = Var(f"{var.name}.group")
+
+    def lane_invariant(node: Expr) -> Expr | None:
+        match node:
+            case Binary(BinaryOp.FLOOR_DIV, Var() as a, Const(d)) if a == var:
+                return group if lanes > 1 and int(d) % lanes == 0 else None
+        return None
+
     for read in reads:
-        if any(var in free_vars(i) for i in read.indices[:-1]):
+        indices = [map_expr(i, lane_invariant) for i in read.indices]
+        if any(var in free_vars(i) for i in indices[:-1]):
             return False
-        if read.indices:
-            linear = linear_coefficients(read.indices[-1], var)
+        if indices:
+            linear = linear_coefficients(indices[-1], var)
             if linear is None or linear[0] not in (0, 1):
                 return False
     return True
+
+
+def _vector_width(reads: Sequence[TensorRead], var: Var, extent: int, lanes: int) -> int:
+    """The widest power-of-two vector (at least 4 lanes, at most `lanes`) dividing
+    `extent` along which every read is contiguous or the same in every lane, else 1."""
+    width = lanes
+    while width >= 4:
+        if extent % width == 0 and _contiguous_in(reads, var, width):
+            return width
+        width //= 2
+    return 1
 
 
 def _vector_lanes(state: State, index: int, target: Target) -> int:
@@ -185,19 +249,14 @@ def _lanes_dividing(extent: int, lanes: int) -> int:
     return 1
 
 
-def _largest_divisor(extent: int, limit: int) -> int:
-    return max(d for d in range(1, max(1, min(extent, limit)) + 1) if extent % d == 0)
-
-
 def _num_cores(target: Target) -> int:
     return target.num_cores or os.cpu_count() or 1
 
 
-def _register_budget(target: Target) -> int:
-    """Accumulator registers of a tile: the vector registers less a few for the
-    broadcast input and the weight vectors (AVX-512 and NEON have 32, AVX2 16)."""
+def _vector_registers(target: Target) -> int:
+    """Vector registers of the target (AVX-512 and AArch64 have 32, AVX2 and SSE 16)."""
     wide = "avx512f" in target.features or target.target_arch == "aarch64"
-    return 28 if wide else 12
+    return 32 if wide else 16
 
 
 def _anchor_of(state: State, output: Tensor) -> Tensor | None:
@@ -259,15 +318,70 @@ class _Tile:
 def _choose_tile(state: State, anchor: int, shape: Sequence[int], target: Target) -> _Tile:
     op = state.stages[anchor].compute_op
     last = len(shape) - 1
-    lanes = 1
-    if _contiguous_in(_reads(state, anchor), op.axes[last].var):
-        lanes = _lanes_dividing(shape[last], _vector_lanes(state, anchor, target))
-    vectors = _largest_divisor(shape[last] // lanes, MAX_TILE_VECTORS)
+    widest = _vector_lanes(state, anchor, target)
+    lanes = _vector_width(_reads(state, anchor), op.axes[last].var, shape[last], widest)
     rows_axis = next((a for a in range(last - 1, -1, -1) if shape[a] > 1), None)
-    if rows_axis is None:
-        return _Tile(None, 1, vectors, lanes)
-    limit = min(MAX_TILE_ROWS, max(1, _register_budget(target) // vectors))
-    return _Tile(rows_axis, _largest_divisor(shape[rows_axis], limit), vectors, lanes)
+    row_extent, max_rows = 1, 1
+    if rows_axis is not None:
+        row_extent = shape[rows_axis]
+        max_rows = _rows_without_aliasing(_reads(state, anchor), op.axes[rows_axis].var)
+    rows, vectors = _register_tile(
+        row_extent, min(MAX_TILE_ROWS, max_rows), shape[last] // lanes, _vector_registers(target)
+    )
+    return _Tile(rows_axis, rows, vectors, lanes)
+
+
+def _rows_without_aliasing(reads: Sequence[TensorRead], row: Var) -> int:
+    """The most tile rows whose reads stay clear of L1 set conflicts: rows `stride`
+    bytes apart share a cache set every 4 KiB, so a conv over 1024 channels (4 KiB a
+    pixel) puts all its rows' input lines into one set, and more of them than the
+    cache has ways evict each other on every reduction step."""
+    limit = MAX_TILE_ROWS
+    for read in reads:
+        stride, extent = 0, 1
+        for index, size in zip(reversed(read.indices), reversed(read.tensor.shape), strict=True):
+            linear = linear_coefficients(index, row)
+            if linear is None:
+                return limit  # not affine in the row: no fixed stride to judge
+            stride += linear[0] * extent
+            extent *= size
+        stride_bytes = abs(stride) * _bytes(read.tensor.dtype)
+        if stride_bytes == 0:
+            continue
+        same_set = ALIASING_BYTES // math.gcd(stride_bytes, ALIASING_BYTES)
+        limit = min(limit, max(same_set, 1) * CACHE_WAYS)
+    return limit
+
+
+def _bytes(dtype: str) -> int:
+    digits = "".join(c for c in dtype if c.isdigit())
+    return max(1, int(digits) // 8) if digits else 1
+
+
+def _register_tile(
+    row_extent: int, max_rows: int, vector_extent: int, registers: int
+) -> tuple[int, int]:
+    """Rows x vectors of a register tile: divisors of the extents (no tails), at most
+    `max_rows` rows and `registers - 4` accumulators, the most of them first; among as
+    many, one that also leaves a register per weight vector and one for the broadcast
+    input (no spill), then the most rows (the fewest weight vectors to load per
+    tile)."""
+    candidates = [
+        (rows, vectors)
+        for rows in _divisors(row_extent, max_rows)
+        for vectors in _divisors(vector_extent, MAX_TILE_VECTORS)
+        if rows * vectors <= registers - 4
+    ]
+
+    def score(tile: tuple[int, int]) -> tuple[int, bool, int]:
+        rows, vectors = tile
+        return rows * vectors, rows * vectors + vectors + 1 <= registers, rows
+
+    return max(candidates, key=score)
+
+
+def _divisors(extent: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(extent, limit) + 1) if extent % d == 0]
 
 
 def _schedule_anchor(state: State, anchor: Tensor, output: Tensor, target: Target) -> State:
@@ -280,14 +394,40 @@ def _schedule_anchor(state: State, anchor: Tensor, output: Tensor, target: Targe
     tile = _choose_tile(state, local, output.shape, target)
     work = _work(state.stages[local])
     out = _index_of(state, output)
-    state = _tile_output(state, out, tile, work, target)
+    channels_outer = _num_cores(target) > 1 and _weights_outweigh_input(state, local)
+    state = _tile_output(state, out, tile, work, target, channels_outer)
     state = ComputeAtStep(local, out, 0).apply(state)
     return _tile_accumulator(state, local, tile)
 
 
-def _tile_output(state: State, index: int, tile: _Tile, work: int, target: Target) -> State:
+def _weights_outweigh_input(state: State, local: int) -> bool:
+    """Whether the anchor reads more bytes that do not depend on the output's other
+    axes (a conv's weights) than bytes that do not depend on its innermost axis (its
+    input). Then the channel tiles go outermost, so that each core streams only its
+    share of the weights (ResNet-50's 1x1 conv 14x14x1024 -> 512, two threads: 310
+    GFLOP/s with the channel tiles inside, 390-430 outside; one thread: the reverse,
+    by 5-20%). Otherwise each core reads only its share of the input."""
+    op = state.stages[local].compute_op
+    channel, others = op.axes[-1].var, {axis.var for axis in op.axes[:-1]}
+    reads = _reads(state, local)
+    weights = inputs = 0
+    for tensor in _unique([read.tensor for read in reads]):
+        indices = [i for read in reads if read.tensor is tensor for i in read.indices]
+        used = set().union(*(free_vars(i) for i in indices))
+        size = math.prod(tensor.shape) * _bytes(tensor.dtype)
+        if channel not in used:
+            inputs += size
+        elif not used & others:
+            weights += size
+    return weights > inputs > 0
+
+
+def _tile_output(
+    state: State, index: int, tile: _Tile, work: int, target: Target, channels_outer: bool
+) -> State:
     """Split the output into outer loops and the register tile, and fuse the outer
-    loops into iterator 0 (where the accumulators go), parallel if `work` is enough."""
+    loops into iterator 0 (where the accumulators go), parallel if `work` is enough;
+    the channel tiles outermost if `channels_outer`."""
     stage = state.stages[index]
     names = [it.name for it in stage.iters]
     last = len(names) - 1
@@ -301,6 +441,8 @@ def _tile_output(state: State, index: int, tile: _Tile, work: int, target: Targe
         row = names[tile.rows_axis]
         outer[tile.rows_axis] = f"{row}.0"
         tile_iters.insert(0, f"{row}.1")
+    if channels_outer:
+        outer.insert(0, outer.pop())
     state = _reorder(state, index, [*outer, *tile_iters])
     state = _parallelize(state, index, len(outer), work, target)
     return _annotate_tile(state, index, tile_iters, tile)
@@ -377,7 +519,10 @@ def _schedule_reduction(state: State, index: int, target: Target) -> State:
 
 def _schedule_injective(state: State, index: int, target: Target) -> State:
     """Step 3 for an injective stage: innermost axis split by the vector width and
-    vectorized, the rest fused into one parallel loop."""
+    vectorized; the fewest outer axes that give every core several chunks of work
+    fused into one parallel loop, the axes inside them kept as plain loops (a loop
+    fused down to single elements pays a division and a modulo per element to
+    rebuild its indices)."""
     stage = state.stages[index]
     if not stage.iters:
         return state
@@ -386,7 +531,10 @@ def _schedule_injective(state: State, index: int, target: Target) -> State:
     if lanes > 1:
         state = SplitStep(index, last, (lanes,)).apply(state)
         state = AnnotationStep(index, last + 1, Annotation.VECTORIZE).apply(state)
-    return _parallelize(state, index, last + 1, _work(stage), target)
+    extents = [it.extent for it in state.stages[index].iters[: last + 1]]
+    chunks = PARALLEL_CHUNKS_PER_CORE * _num_cores(target)
+    outer = next((n for n in range(1, last + 1) if math.prod(extents[:n]) >= chunks), last + 1)
+    return _parallelize(state, index, outer, _work(stage), target)
 
 
 def _parallelize(state: State, index: int, outer: int, work: int, target: Target) -> State:

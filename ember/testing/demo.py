@@ -80,6 +80,40 @@ def _preprocess_main() -> Callable[[list[str]], int]:
     return main
 
 
+def _run_demo(
+    steps: _Steps,
+    args: argparse.Namespace,
+    model: Path,
+    photo_npz: Path,
+    effnet: Path,
+    resnet: Path,
+) -> None:
+    """The commands of the demo, in order (see the module docstring)."""
+    timing = ["--print-time", "--repeat", str(args.repeat)]
+    steps.ember("What a network holds", "info", "resnet-18")
+    steps.run(
+        "A photo of a cat as EfficientNet-Lite0's input",
+        ["python", EXAMPLE / "preprocess.py", EXAMPLE / "chelsea.png", "-o", photo_npz],
+        _preprocess_main(),
+        program=2,
+    )
+    steps.ember("Compile the pretrained EfficientNet-Lite0 (ONNX)",
+                "compile", model, "--target", args.target, "-o", effnet)  # fmt: skip
+    steps.ember(
+        "Run it on the photo: the top-5 classes",
+        "run", effnet, "--inputs", photo_npz, "-o", photo_npz.with_name("chelsea_predictions.npz"),
+        *timing, "--print-top", "5", "--labels", EXAMPLE / "imagenet_labels.txt",
+    )  # fmt: skip
+    steps.ember(
+        "Compile the built-in ResNet-18, NHWC (random weights)",
+        "compile", "resnet-18", "--layout", "NHWC", "--target", args.target, "-o", resnet,
+    )  # fmt: skip
+    steps.ember(
+        "Run it on random input (random weights: meaningless classes)",
+        "run", resnet, "--fill-mode", "random", *timing, "--print-top", "5",
+    )  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -102,32 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     photo_npz = out / "chelsea.npz"
     effnet = out / "efficientnet_lite0.tar"
     resnet = out / "resnet-18.tar"
-    timing = ["--print-time", "--repeat", str(args.repeat)]
     steps = _Steps(console)
     start = time.perf_counter()
     try:
-        steps.ember("What a network holds", "info", "resnet-18")
-        steps.run(
-            "A photo of a cat as EfficientNet-Lite0's input",
-            ["python", EXAMPLE / "preprocess.py", EXAMPLE / "chelsea.png", "-o", photo_npz],
-            _preprocess_main(),
-            program=2,
-        )
-        steps.ember("Compile the pretrained EfficientNet-Lite0 (ONNX)",
-                    "compile", model, "--target", args.target, "-o", effnet)  # fmt: skip
-        steps.ember(
-            "Run it on the photo: the top-5 classes",
-            "run", effnet, "--inputs", photo_npz, "-o", out / "chelsea_predictions.npz",
-            *timing, "--print-top", "5", "--labels", EXAMPLE / "imagenet_labels.txt",
-        )  # fmt: skip
-        steps.ember(
-            "Compile the built-in ResNet-18, NHWC (random weights)",
-            "compile", "resnet-18", "--layout", "NHWC", "--target", args.target, "-o", resnet,
-        )  # fmt: skip
-        steps.ember(
-            "Run it on random input (random weights: meaningless classes)",
-            "run", resnet, "--fill-mode", "random", *timing, "--print-top", "5",
-        )  # fmt: skip
+        _run_demo(steps, args, model, photo_npz, effnet, resnet)
     except EmberError as error:
         console.print(f"[red]demo failed: {error}")
         return 1

@@ -1,5 +1,6 @@
 """The ONNX exporter of each neural-network graph op: conv, pooling, normalisations,
-dense / matmul, resize, LRN and block-sparse dense.
+dense / matmul (and dense_pack, its weight unpacked), resize, LRN and block-sparse
+dense.
 
 ONNX's spatial ops are channels-first only, so channels-last nodes are wrapped in
 Transposes (`Exporter.in_channels_first`) and their constant weights are transposed
@@ -228,6 +229,17 @@ def _dense(export: Exporter, node: Node) -> None:
     # dense keeps its weight as (N, K); MatMul wants (K, N).
     transposed = export.transposed(weight, (1, 0), f"{weight.name}/t")
     export.emit("MatMul", [export.name(x), transposed], [node.outputs[0].name])
+
+
+@exporter("dense_pack")
+def _dense_pack(export: Exporter, node: Node) -> None:
+    x, weight = node.inputs
+    blocks, columns, block = weight.shape
+    # [N/b, K, b] -> [K, N/b, b] -> MatMul's (K, N).
+    transposed = export.transposed(weight, (1, 0, 2), f"{weight.name}/t")
+    shape = export.ints((columns, blocks * block), f"{weight.name}/shape")
+    unpacked = export.emit_one("Reshape", [transposed, shape], f"{weight.name}/unpacked")
+    export.emit("MatMul", [export.name(x), unpacked], [node.outputs[0].name])
 
 
 @exporter("matmul")

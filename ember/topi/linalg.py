@@ -1,7 +1,10 @@
 """Dense layers and matrix products.
 
 `dense(x[M, K], W[N, K])` is `T_matmul_NT(i, j) += (x[i, k]*W[j, k])` (the weight is
-stored transposed, as in the seed). `matmul` follows NumPy: leading batch axes
+stored transposed, as in the seed); `dense_pack(x, W[N/b, K, b])` reads the weight
+re-laid out in blocks of `b` output channels, `T_dense_pack(i, j) += (x[i, k]*W[floordiv(j,
+b), k, floormod(j, b)])`: split `j` by `b` and the weight read is one vector per `k`
+(TVM's `dense_pack`). `matmul` follows NumPy: leading batch axes
 broadcast (`T_batch_matmul_NN`), and a 1-d operand is a row or column vector whose
 axis is dropped from the result.
 """
@@ -31,6 +34,22 @@ def _dense(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType]
         return reduce_sum(x[(*out[:-1], k.var)] * weight[out[-1], k.var], k)
 
     return [compute(shape, element, "T_matmul_NT", "dense", matrix_axis_names(len(shape)))]
+
+
+def _dense_pack(
+    inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType]
+) -> list[Tensor]:
+    x, weight = inputs
+    k = reduce_axis(x.shape[-1], "k")
+    block = weight.shape[-1]
+    shape = outputs[0].shape
+
+    def element(*out: Expr) -> Expr:
+        j = out[-1]
+        return reduce_sum(x[(*out[:-1], k.var)] * weight[j // block, k.var, j % block], k)
+
+    names = matrix_axis_names(len(shape))
+    return [compute(shape, element, "T_dense_pack", "dense_pack", names)]
 
 
 def _batch_indices(operand: Tensor, out_shape: Sequence[int], batch: Sequence[Expr]) -> list:
@@ -67,4 +86,8 @@ def _matmul(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType
     return [compute(shape, element, name, tag, names)]
 
 
-DECLARATIONS: dict[str, Declaration] = {"dense": _dense, "matmul": _matmul}
+DECLARATIONS: dict[str, Declaration] = {
+    "dense": _dense,
+    "dense_pack": _dense_pack,
+    "matmul": _matmul,
+}

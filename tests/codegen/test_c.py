@@ -21,6 +21,7 @@ from ember.loop.ir import (
     For,
     ForKind,
     IfThenElse,
+    LetStmt,
     Load,
     PrimFunc,
     Stmt,
@@ -156,8 +157,10 @@ def test_matmul_with_register_accumulators() -> None:
     kernel, (a, b, c) = run_both(func, inputs_for(func))
     np.testing.assert_allclose(c, np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
     assert kernel.source is not None
-    assert "float acc[32] __attribute__((aligned(64)));" in kernel.source
-    assert "// t unrolled: 0..1" in kernel.source
+    # The unrolled rows index the accumulators with constants, so each row's vector is
+    # a variable of its own (a register), not an element of a stack array.
+    assert "float32x16 acc_0;" in kernel.source and "float32x16 acc_1;" in kernel.source
+    assert "acc[" not in kernel.source and "acc_0 = acc_0 + " in kernel.source
 
 
 def test_vectorized_loops_with_tails() -> None:
@@ -412,6 +415,42 @@ def test_global_allocation_on_the_heap_and_names_that_need_cleaning() -> None:
     )
 
 
+def test_global_allocation_inside_a_loop_is_on_the_stack() -> None:
+    """A buffer computed at a tile (compute_at) is allocated per iteration of the
+    tile's loop: on the stack, not by a heap allocation per tile."""
+    a, c = Buffer("A", (4, 16), F32), Buffer("C", (4, 16), F32)
+    tmp = Buffer("row", (16,), F32, "global")
+    body = Allocate(
+        tmp,
+        seq(
+            loop(j, 16, Store(tmp, (j,), Load(a, (i, j)) * 2.0)),
+            loop(j, 16, Store(c, (i, j), Load(tmp, (15 - j,)))),
+        ),
+    )
+    func = PrimFunc("rows", (a, c), loop(i, 4, body, ForKind.PARALLEL))
+    kernel, (a_in, c_out) = run_both(func, inputs_for(func))
+    np.testing.assert_allclose(c_out, a_in[:, ::-1] * 2, rtol=1e-6)
+    source = kernel.source or ""
+    assert "float row[16] __attribute__((aligned(64)));" in source
+    assert "aligned_alloc" not in source
+
+
+def test_floor_division_of_loop_indices_is_plain_c_division() -> None:
+    """Loop variables run from 0: a fused index divided by a positive constant is C's
+    `/` and `%` (what the compiler strength-reduces best). A let may be negative: it
+    keeps the floor-division helper."""
+    a, c = Buffer("A", (24,), F32), Buffer("C", (24,), F32)
+    transpose = loop(i, 24, Store(c, (i % 6 * 4 + i // 6,), Load(a, (i,)) + 1.0))
+    func = PrimFunc("transpose", (a, c), transpose)
+    kernel, (a_in, c_out) = run_both(func, inputs_for(func))
+    np.testing.assert_allclose(c_out, (a_in + 1).reshape(4, 6).T.reshape(24), rtol=1e-6)
+    source = kernel.source or ""
+    assert "i / 6" in source and "ember_floordiv" not in source
+    shifted = LetStmt(k, i - 3, Store(c, (i,), cast(F32, k // 4)))
+    source = render_c(PrimFunc("shifted", (c,), loop(i, 24, shifted)))
+    assert "ember_floordiv_int64(k, 4)" in source
+
+
 def test_small_integer_arithmetic_wraps_like_the_dtype() -> None:
     a, c = Buffer("A", (4,), "int8"), Buffer("C", (4,), "int8")
     func = PrimFunc(
@@ -433,8 +472,9 @@ def test_unsupported_dtype_is_a_codegen_error() -> None:
 
 
 def test_select_on_a_scalar_condition_stays_lazy_around_vector_branches() -> None:
-    """Row padding: out[i, :] = A[i - 1, :] for i >= 1, else 0; only the vector branch
-    taken is evaluated, so row -1 is never read."""
+    """Row padding: out[i, :] = A[i - 1, :] for i >= 1, else 0; row -1 is never read:
+    without a branch, the load reads the start of A instead when the condition is
+    false, and the lanes are then replaced by the other branch."""
     a, out = Buffer("A", (3, 8), F32), Buffer("out", (4, 8), F32)
     value = select(i >= 1, Load(a, (i - 1, v)), Const(0.0, F32))
     body = loop(i, 4, loop(v, 8, Store(out, (i, v), value), ForKind.VECTORIZED))
@@ -442,6 +482,22 @@ def test_select_on_a_scalar_condition_stays_lazy_around_vector_branches() -> Non
         PrimFunc("pad_rows", (a, out), body), inputs_for(PrimFunc("pad_rows", (a, out), body))
     )
     np.testing.assert_array_equal(padded, np.concatenate([np.zeros((1, 8), np.float32), a_in]))
+    assert kernel.source is not None
+    assert "ember_load_if_float32x8(i >= 1, &A[(i - 1) * 8], A, " in kernel.source
+    assert "return ember_select_float32x8(ember_broadcast_int32x8(-(int32_t)c), " in (kernel.source)
+    assert "ember_load_float32x8(c ? p : safe)" in kernel.source
+
+
+def test_select_on_a_scalar_condition_with_two_loads_stays_a_branch() -> None:
+    """A select between two loads keeps C's lazy ?: (neither load may be made safe by
+    reading another address: both would need one)."""
+    a, out = Buffer("A", (3, 8), F32), Buffer("out", (4, 8), F32)
+    value = select(i >= 1, Load(a, (i - 1, v)), Load(a, (i - i, v)) * 2.0)
+    body = loop(i, 4, loop(v, 8, Store(out, (i, v), value), ForKind.VECTORIZED))
+    func = PrimFunc("pad_rows2", (a, out), body)
+    kernel, (a_in, result) = run_both(func, inputs_for(func))
+    expected = np.concatenate([a_in[:1] * 2, a_in])
+    np.testing.assert_array_equal(result, expected)
     assert kernel.source is not None and "i >= 1 ? ember_load_float32x8(" in kernel.source
 
 

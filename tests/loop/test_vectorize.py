@@ -191,6 +191,35 @@ def test_read_of_the_same_lanes_store_is_vectorized() -> None:
     check_same(PrimFunc("chain", (a, b, c), body), vectorized=True)
 
 
+def grouped_read(group: int) -> PrimFunc:
+    """out[i, j*8 + v] = A[i, (j*8 + v) // group * 4 + k]: the first channel of each
+    block of `group` output channels (a grouped conv's input), vectorized over v."""
+    a, out = Buffer("A", (2, 16), F32), Buffer("out", (2, 16), F32)
+    channel = j * 8 + v
+    source = Binary(BinaryOp.FLOOR_DIV, channel, Const(group)) * 4 + k
+    store = Store(out, (i, channel), Load(a, (i, source)) + Load(a, (i, channel % group)))
+    body = loop(i, 2, loop(j, 2, loop(k, 2, vloop(v, 8, store))))
+    return PrimFunc("grouped", (a, out), body)
+
+
+def test_division_of_an_aligned_ramp_is_a_broadcast() -> None:
+    """Lanes j*8 .. j*8+7 never straddle a multiple of 8 or 16: the quotient is one
+    scalar (a broadcast load, not a gather) and the remainder a contiguous ramp."""
+    for group in (8, 16):
+        after = check_same(grouped_read(group), vectorized=True)
+        (store,) = vector_stores(after.body)
+        loads = [n for n in walk(store.value) if isinstance(n, Load)]
+        flat = [flatten_index(load.buffer, load.indices) for load in loads]
+        assert isinstance(flat[0], Broadcast) and isinstance(flat[1], Ramp), flat
+
+
+def test_division_of_a_ramp_straddling_blocks_stays_general() -> None:
+    after = check_same(grouped_read(4), vectorized=True)
+    (store,) = vector_stores(after.body)
+    (first, _) = [n for n in walk(store.value) if isinstance(n, Load)]
+    assert not isinstance(flatten_index(first.buffer, first.indices), Broadcast | Ramp)
+
+
 def padded_copy(offset: int) -> PrimFunc:
     """out[v] = (0 <= v - offset < 8) ? A[v - offset] : 0, vectorized over v."""
     a, out = Buffer("A", (8,), F32), Buffer("out", (8,), F32)

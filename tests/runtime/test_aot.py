@@ -17,9 +17,9 @@ import safetensors.numpy
 from library_abi import LibraryABI, pointers
 
 import ember
-from ember.build import ABI_SYMBOLS, Library
+from ember.build import Library
 from ember.graph.interpret import interpret
-from ember.runtime.aot import c_string
+from ember.runtime.aot import ABI_SYMBOLS, c_string
 from ember.testing import get_workload
 
 RTOL = 1e-4
@@ -129,6 +129,39 @@ def test_benchmark_times_in_c(mobilenet, abi: LibraryABI) -> None:
         assert "needs number >= 1, repeat >= 1" in abi.last_error()
     finally:
         abi.so.ember_destroy(handle)
+
+
+def test_profile_times_every_step_in_c(mobilenet, abi: LibraryABI) -> None:
+    library, feeds, expected = mobilenet
+    so = abi.so
+    # One step per fused group, in the order of mod.json's groups, named after it.
+    groups = library.metadata["groups"]
+    count = so.ember_num_steps()
+    assert count == len(groups)
+    for step, group in enumerate(groups):
+        assert so.ember_step_name(step).decode() == group["name"]
+        assert so.ember_step_kernel(step).decode() == f"{group['kernel']}_packed"
+    assert so.ember_step_name(count) is None and so.ember_step_name(-1) is None
+    handle = abi.create()
+    outputs = abi.output_arrays()
+    args = (handle, pointers(abi.input_arrays(feeds)), pointers(outputs))
+    try:
+        seconds = (ctypes.c_double * count)()
+        assert so.ember_profile(*args, 5, seconds) == 0, abi.last_error()
+        assert all(0 < s < 1 for s in seconds), list(seconds)
+        np.testing.assert_allclose(outputs[0], expected, rtol=RTOL, atol=ATOL)
+        run = (ctypes.c_double * 5)()
+        assert so.ember_benchmark(*args, 1, 5, 0.0, 0, run) == 0, abi.last_error()
+        # The steps make up the run: medians of the parts against the whole, loosely
+        # (this machine is shared, so single runs vary).
+        assert 0.2 < sum(seconds) / sorted(run)[2] < 5
+        assert so.ember_profile(*args, 0, seconds) == -1
+        assert "needs repeat >= 1" in abi.last_error()
+        assert so.ember_profile(*args, 3, None) == -1
+    finally:
+        abi.so.ember_destroy(handle)
+    assert so.ember_profile(None, None, None, 1, seconds) == -1
+    assert "instance is NULL" in abi.last_error()
 
 
 def test_instances_run_in_parallel(mobilenet, abi: LibraryABI) -> None:

@@ -232,3 +232,18 @@ def test_export_refuses_params_that_do_not_fit(mlp_library: Library, tmp_path: P
     with pytest.raises(ArtifactError, match="param 'fc1_bias' is \\(3,\\) float64, the metadata"):
         broken.export_library(tmp_path / "broken.tar")
     assert not list(tmp_path.iterdir())  # nothing half-written left behind
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64", "float16", "bool"])
+def test_params_of_every_dtype_the_c_reader_takes_pass_the_load_check(
+    dtype: str, tmp_path: Path
+) -> None:
+    """The load-time header check used to know fewer dtypes than the C reader, so a
+    uint16/uint32/uint64 param was refused as 'the library expects ...'."""
+    from ember.runtime.artifact import _check_params_file
+    from ember.runtime.module import ModuleInfo, TensorSpec
+
+    path = tmp_path / "mod.params"
+    safetensors.numpy.save_file({"w": np.zeros((2, 3), dtype)}, str(path))
+    spec = TensorSpec("w", (2, 3), dtype)
+    _check_params_file(path, ModuleInfo("llvm", (), (), (spec,), ()), "net.tar")

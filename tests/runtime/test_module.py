@@ -17,7 +17,7 @@ from ember.build import Library, build
 from ember.errors import ArtifactError, ExecutionError, InputError
 from ember.graph.interpret import interpret
 from ember.graph.ir import Graph
-from ember.runtime import BenchmarkResult, Module, load
+from ember.runtime import BenchmarkResult, Module, ModuleInfo, load
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +136,10 @@ def test_benchmark_rejects_bad_settings(module: Module) -> None:
     module.set_input("data", _image(0))
     with pytest.raises(ValueError, match="repeat >= 1"):
         module.benchmark(repeat=0)
+    with pytest.raises(ValueError, match="both <= 2147483647"):
+        module.benchmark(number=2**31)  # would wrap to a negative int32 in C
+    with pytest.raises(ValueError, match="finite min_repeat_ms"):
+        module.benchmark(min_repeat_ms=float("nan"))  # would grow `number` forever
 
 
 def test_benchmark_result_format() -> None:
@@ -147,6 +151,42 @@ def test_benchmark_result_format() -> None:
         " mean (ms)   median (ms)    max (ms)     min (ms)     std (ms)\n"
         "   3.0000       2.0000       6.0000       1.0000       2.1602"
     )
+
+
+def test_profile_has_a_row_per_group_in_run_order(mlp, module: Module) -> None:
+    groups = mlp[2].metadata["groups"]
+    module.set_input("data", _image(0))
+    profile = module.profile(repeat=3)
+    assert profile.repeat == 3
+    assert [(row.step, row.group, row.kernel) for row in profile.rows] == [
+        (step, group["name"], group["kernel"]) for step, group in enumerate(groups)
+    ]
+    assert [row.flops for row in profile.rows] == [group.get("flops") for group in groups]
+    assert all(row.seconds > 0 for row in profile.rows)
+    assert sum(row.share for row in profile.rows) == pytest.approx(1.0)
+    assert profile.slowest_first()[0].seconds == max(row.seconds for row in profile.rows)
+    np.testing.assert_allclose(module.get_output(0), module(data=_image(0))["output"])
+    with pytest.raises(ValueError, match="repeat=0"):
+        module.profile(repeat=0)
+    module.close()
+    with pytest.raises(ExecutionError, match="the module was closed"):
+        module.profile()
+
+
+def test_profile_gflops_come_from_the_recorded_flops(mlp) -> None:
+    library = mlp[2]
+    groups = [
+        {**group, "flops": 1000 * (i + 1)} for i, group in enumerate(library.metadata["groups"])
+    ]
+    info = ModuleInfo.from_metadata({**library.metadata, "groups": groups}, "mlp")
+    module = Module(library.so_path, info, library.params)
+    module.set_input("data", _image(0))
+    profile = module.profile(repeat=2)
+    for row in profile.rows:
+        assert row.flops == 1000 * (row.step + 1)
+        assert row.gflops == pytest.approx(row.flops / row.seconds * 1e-9)
+    assert profile.total_flops == sum(1000 * (i + 1) for i in range(len(groups)))
+    assert f"({profile.total_flops * 1e-9:.3f} GFLOP)" in str(profile).splitlines()[-1]
 
 
 def test_modules_of_one_library_run_independently(tmp_path: Path) -> None:
@@ -196,3 +236,48 @@ def test_a_library_without_the_abi_is_refused(mlp) -> None:
     info = Module.from_library(mlp[2]).info
     with pytest.raises(ArtifactError, match="does not export ember_create"):
         Module(libm, info, mlp[2].params)
+
+
+def test_one_module_shared_by_threads_gives_each_call_its_own_result(mlp) -> None:
+    graph, params, library = mlp
+    module = library.load()
+    images = [_image(20 + i) for i in range(4)]
+    wants = [interpret(graph, params, {"data": x})["output"] for x in images]
+    failures: list[str] = []
+
+    def run_many(index: int) -> None:
+        # Without the module's lock, another thread's set_input lands between this
+        # thread's set_input and run, or two runs share the arena at once.
+        for _ in range(50):
+            got = module(data=images[index])["output"]
+            if not np.allclose(got, wants[index], rtol=1e-4, atol=1e-5):
+                failures.append(f"thread {index} got another input's result")
+
+    threads = [threading.Thread(target=run_many, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures
+
+
+def test_close_waits_for_a_run_on_another_thread(mlp) -> None:
+    _, _, library = mlp
+    module = library.load()
+    module.set_input("data", _image(0))
+    errors: list[BaseException] = []
+
+    def bench() -> None:
+        try:
+            module.benchmark(repeat=2, min_repeat_ms=100)
+        except BaseException as error:  # reported by the assert below
+            errors.append(error)
+
+    thread = threading.Thread(target=bench)
+    thread.start()
+    time.sleep(0.02)
+    module.close()  # must not free the instance under the running benchmark
+    thread.join()
+    assert not errors
+    with pytest.raises(ExecutionError, match="closed"):
+        module.run()

@@ -11,7 +11,7 @@ import numpy as np
 
 from ember.graph import GraphBuilder
 from ember.graph.ir import Attrs, Graph, NoAttrs, Params
-from ember.graph.ops.attrs import AxisAttrs, ConvAttrs, TransposeAttrs
+from ember.graph.ops.attrs import AxisAttrs, ConvAttrs, PoolAttrs, TransposeAttrs
 from ember.graph.passes import fuse
 from ember.schedule import Annotation, Location, State, replay, step_from_json
 from ember.schedule.default import default_schedule
@@ -65,19 +65,21 @@ def test_nhwc_conv_gets_the_worked_example_micro_kernel() -> None:
     output = state.stage("T_relu")
     assert local.scope == "local" and local.location is Location.ATTACHED
     assert state.stages[local.attach_stage] is output and local.attach_iter == output.iters[0].name
-    # 7 output pixels x 4 vectors of 16 channels, reductions outside the tile.
+    # 14 output pixels x 2 vectors of 16 channels (28 accumulators, and registers
+    # left for both weight vectors and the broadcast input, where the worked
+    # example's 7 x 4 spills one), reductions outside the tile.
     assert [(it.name, it.extent, it.annotation) for it in local.iters[-6:]] == [
         ("ry", 3, Annotation.NONE),
         ("rx", 3, Annotation.NONE),
         ("rc", 64, Annotation.NONE),
-        ("xx", 56, Annotation.UNROLL),  # runs over the 7 pixels of the region
-        ("ff.0", 4, Annotation.UNROLL),
+        ("xx", 56, Annotation.UNROLL),  # runs over the 14 pixels of the region
+        ("ff.0", 4, Annotation.UNROLL),  # runs over the 2 vectors of the region
         ("ff.1", 16, Annotation.VECTORIZE),
     ]
     assert [(it.extent, it.annotation) for it in output.iters] == [
         (448, Annotation.PARALLEL),
-        (7, Annotation.UNROLL),
-        (4, Annotation.UNROLL),
+        (14, Annotation.UNROLL),
+        (2, Annotation.UNROLL),
         (16, Annotation.VECTORIZE),
     ]
     # The epilogue and the copy out of the accumulators are inlined into the store;
@@ -93,9 +95,10 @@ def test_vector_width_and_tile_follow_the_target() -> None:
     neon = annotated(default_schedule(dag, NEON), "T_relu")
     assert avx2["ax3.2"] == (8, Annotation.VECTORIZE)
     assert neon["ax3.2"] == (4, Annotation.VECTORIZE)
-    # AVX2 has 16 vector registers: 4 vectors x 2 rows of accumulators; NEON 32.
-    assert avx2["ax2.1"] == (2, Annotation.UNROLL)
-    assert neon["ax2.1"] == (7, Annotation.UNROLL)
+    # AVX2 has 16 vector registers: 4 vectors x 2 rows of accumulators; NEON 32: 14
+    # rows x 2 vectors.
+    assert avx2["ax2.1"] == (2, Annotation.UNROLL) and avx2["ax3.1"] == (4, Annotation.UNROLL)
+    assert neon["ax2.1"] == (14, Annotation.UNROLL) and neon["ax3.1"] == (2, Annotation.UNROLL)
 
 
 def test_output_without_epilogue_is_its_own_tile() -> None:
@@ -126,14 +129,116 @@ def test_nchw_conv_tiles_rows_by_width_vectors() -> None:
     assert state.stage("pad_temp").location is Location.ROOT
     output = annotated(state, "T_relu")
     assert output["ax3.1"] == (16, Annotation.VECTORIZE)  # W = 16: one vector
-    assert output["ax2.1"] == (6, Annotation.UNROLL)  # rows of H
+    assert output["ax2.1"] == (12, Annotation.UNROLL)  # rows of H
+
+
+def depthwise_dag(shape: tuple[int, int, int, int]) -> ComputeDAG:
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    x = b.input("x", shape)
+    channels = shape[3]
+    w = b.param("w", rng.standard_normal((3, 3, 1, channels)).astype("float32"))
+    attrs = ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), channels, "NHWC", "HWIO")
+    return _only_group(*b.build([b.add("conv", [x, w], attrs)]))
+
+
+def test_padding_read_as_vectors_is_inlined() -> None:
+    """A depthwise conv and a pool read their padded input as vectors of channels,
+    one load per multiply-add: the padding is inlined (codegen turns its select into
+    a branchless guarded load) rather than materialised in a pass of its own. A conv
+    broadcasts one input element against a vector of weights: it keeps the pass."""
+    depthwise = default_schedule(depthwise_dag((1, 28, 28, 64)), AVX512)
+    assert depthwise.stage("PaddedInput").location is Location.INLINED
+    attrs = PoolAttrs((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), layout="NHWC")
+    pool = default_schedule(op_dag("max_pool", (1, 28, 28, 64), attrs), AVX512)
+    assert pool.stage("pad_temp").location is Location.INLINED
+    conv = default_schedule(conv_dag((1, 28, 28, 64), 64), AVX512)
+    assert conv.stage("pad_temp").location is Location.ROOT
+
+
+def test_tile_rows_avoid_l1_set_aliasing() -> None:
+    """Input pixels of 1024 channels lie 4 KiB apart: 14 rows would put 14 lines
+    into one 8-way L1 set on every reduction step. The tile takes 7 rows x 4 vectors;
+    with 256 channels (1 KiB apart) 14 x 2 is fine."""
+    rng = np.random.default_rng(0)
+
+    def pointwise(channels: int) -> ComputeDAG:
+        b = GraphBuilder()
+        x = b.input("x", (1, 14, 14, channels))
+        w = b.param("w", rng.standard_normal((1, 1, channels, 256)).astype("float32"))
+        attrs = ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "NHWC", "HWIO")
+        return _only_group(*b.build([b.add("conv", [x, w], attrs)]))
+
+    wide = annotated(default_schedule(pointwise(1024), AVX512), "conv2d_nhwc")
+    assert wide["xx.1"] == (7, Annotation.UNROLL) and wide["ff.1"] == (4, Annotation.UNROLL)
+    narrow = annotated(default_schedule(pointwise(256), AVX512), "conv2d_nhwc")
+    assert narrow["xx.1"] == (14, Annotation.UNROLL) and narrow["ff.1"] == (2, Annotation.UNROLL)
+
+
+def test_channel_tiles_go_outside_when_weights_outweigh_the_input() -> None:
+    """1x1 conv 14x14x1024 -> 512: 2 MiB of weights, 0.8 MiB of input. On two cores
+    the channel tiles are the outer part of the parallel loop (each core streams half
+    the weights); on one core, and for a conv whose input is the larger (56x56x64),
+    the spatial tiles are."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    x = b.input("x", (1, 14, 14, 1024))
+    w = b.param("w", rng.standard_normal((1, 1, 1024, 512)).astype("float32"))
+    attrs = ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "NHWC", "HWIO")
+    dag = _only_group(*b.build([b.add("conv", [x, w], attrs)]))
+    two = default_schedule(dag, Target("llvm -mcpu=skylake-avx512 -num-cores=2"))
+    assert two.stage("conv2d_nhwc").iters[0].name == "ff.0@nn@yy@xx.0"
+    one = default_schedule(dag, Target("llvm -mcpu=skylake-avx512 -num-cores=1"))
+    assert one.stage("conv2d_nhwc").iters[0].name == "nn@yy@xx.0@ff.0"
+    input_heavy = default_schedule(conv_dag((1, 56, 56, 64), 64), AVX512)
+    assert input_heavy.stage("T_relu").iters[0].name == "ax0@ax1@ax2.0@ax3.0"
+
+
+def test_padding_of_few_channels_keeps_its_inner_loops() -> None:
+    """ResNet's first conv pads 3 channels: no vector divides them, and fusing every
+    axis would rebuild four indices by division per element. Only the outer axes are
+    fused (enough chunks for the cores), the rest stay loops."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    x = b.input("x", (1, 112, 112, 3))
+    w = b.param("w", rng.standard_normal((7, 7, 3, 64)).astype("float32"))
+    attrs = ConvAttrs((2, 2), (3, 3, 3, 3), (1, 1), 1, "NHWC", "HWIO")
+    state = default_schedule(_only_group(*b.build([b.add("conv", [x, w], attrs)])), AVX512)
+    pad = state.stage("pad_temp")
+    assert [(it.extent, it.annotation) for it in pad.iters] == [
+        (118, Annotation.PARALLEL),
+        (118, Annotation.NONE),
+        (3, Annotation.NONE),
+    ]
+
+
+def test_grouped_conv_vectorizes_within_its_groups() -> None:
+    """A grouped conv reads input channel (k // per_group) * c_per_group + rc: the same
+    in every lane of an aligned vector when the vector fits in a group (16 lanes for
+    32 channels a group, 4 lanes for 4)."""
+    rng = np.random.default_rng(0)
+
+    def grouped(groups: int) -> dict[str, tuple[int, Annotation]]:
+        b = GraphBuilder()
+        x = b.input("x", (1, 14, 14, 64))
+        w = b.param("w", rng.standard_normal((3, 3, 64 // groups, 64)).astype("float32"))
+        attrs = ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), groups, "NHWC", "HWIO")
+        dag = _only_group(*b.build([b.add("conv", [x, w], attrs)]))
+        return annotated(default_schedule(dag, AVX512), "group_conv2d_nhwc")
+
+    assert grouped(2)["ff.2"] == (16, Annotation.VECTORIZE)
+    assert grouped(16)["ff.2"] == (4, Annotation.VECTORIZE)
 
 
 def test_injective_stage_is_vectorized_and_parallel_when_large() -> None:
     big = default_schedule(op_dag("transpose", (64, 32, 48), TransposeAttrs((1, 0, 2))), AVX512)
     (output,) = [s for s in big.stages if s.location is Location.ROOT and not s.is_placeholder]
+    # The outer axis alone gives each core enough chunks: it is the parallel loop,
+    # the axes inside it stay plain loops (no division per vector to rebuild them).
     assert [(it.extent, it.annotation) for it in output.iters] == [
-        (64 * 32 * 3, Annotation.PARALLEL),
+        (32, Annotation.PARALLEL),
+        (64, Annotation.NONE),
+        (3, Annotation.NONE),
         (16, Annotation.VECTORIZE),
     ]
     small = default_schedule(op_dag("relu", (3, 5)), AVX512)

@@ -290,6 +290,8 @@ def nn_cases() -> list[Case]:
              label="opset13"),
         Case("dense", [normal(3, 6), Param(dense_weight)]),
         Case("dense", [normal(2, 3, 6), dense_weight], label="computed-weight"),
+        Case("dense_pack", [normal(3, 6), Param(normal(2, 6, 4))]),
+        Case("dense_pack", [normal(2, 3, 6), normal(1, 6, 8)], label="computed-weight"),
         Case("matmul", [normal(2, 3, 4), normal(4, 5)]),
         Case("matmul", [normal(4), normal(2, 4, 3)], label="vector"),
         Case("softmax", [normal(2, 3, 4)], AxisAttrs(1)),

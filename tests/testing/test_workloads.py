@@ -23,6 +23,7 @@ NAMES = [
     "resnet3d-50",
     "mobilenet",
     "mobilenet_v2",
+    "mobilenet_v3_small",
     "squeezenet_v1.1",
     "inception_v3",
     "mlp",
@@ -30,8 +31,9 @@ NAMES = [
 
 # Trainable parameters (batch-norm moving statistics excluded) of the reference
 # definitions of these networks: torchvision's resnet18..152, mobilenet_v2,
-# squeezenet1_1, inception_v3 (without the auxiliary head) and r3d_18 (whose Kinetics
-# head has 400 classes instead of 1000: 33,371,472 + 600 * 513), Keras' MobileNet.
+# mobilenet_v3_small, squeezenet1_1, inception_v3 (without the auxiliary head) and
+# r3d_18 (whose Kinetics head has 400 classes instead of 1000: 33,371,472 + 600 * 513),
+# Keras' MobileNet.
 # Equal counts mean the same layers with the same kernel sizes and widths.
 PUBLISHED_PARAMETERS = {
     "resnet-18": 11_689_512,
@@ -42,6 +44,7 @@ PUBLISHED_PARAMETERS = {
     "resnet3d-18": 33_371_472 + 600 * 513,
     "mobilenet": 4_231_976,
     "mobilenet_v2": 3_504_872,
+    "mobilenet_v3_small": 2_542_856,
     "squeezenet_v1.1": 1_235_496,
     "inception_v3": 23_834_568,
     "mlp": 3 * 224 * 224 * 128 + 128 + 128 * 64 + 64 + 64 * 1000 + 1000,
@@ -136,6 +139,8 @@ STRUCTURE = {
     "resnet-152": {"conv": 155, "add": 50 + 1},
     "mobilenet": {"conv": 27, "concat": 0},
     "mobilenet_v2": {"conv": 52, "add": 10 + 1, "clip": 35},
+    # 6 residual adds, 18 squeeze-and-excitation conv biases, 2 dense biases.
+    "mobilenet_v3_small": {"conv": 52, "add": 6 + 18 + 2, "hard_sigmoid": 9, "hard_swish": 19},
     "squeezenet_v1.1": {"conv": 26, "concat": 8, "max_pool": 3},
     "inception_v3": {"conv": 94, "concat": 11, "avg_pool": 9, "max_pool": 4},
     "mlp": {"dense": 3, "relu": 2},
@@ -166,8 +171,22 @@ def test_mobilenet_convs_are_depthwise_separable() -> None:
     assert all(n.attrs.groups == n.inputs[0].shape[1] for n in depthwise)  # type: ignore[attr-defined]
 
 
+def test_mobilenet_v3_small_has_torchvisions_gates_and_kernels() -> None:
+    graph, _ = get_workload("mobilenet_v3_small", image_shape=(3, 64, 64))
+    convs = [n for n in graph.nodes if n.op == "conv"]
+    squeezes = [n.outputs[0].shape[1] for n in convs if n.name.endswith("_se_fc1")]
+    # torchvision's _make_divisible(expanded // 4, 8) of each gated block.
+    assert squeezes == [8, 24, 64, 64, 32, 40, 72, 144, 144]
+    depthwise = [n for n in convs if n.attrs.groups > 1]  # type: ignore[attr-defined]
+    assert [n.inputs[1].shape[2] for n in depthwise] == [3, 3, 3] + [5] * 8
+    assert [n.attrs.strides[0] for n in depthwise] == [2, 2, 1, 2, 1, 1, 1, 1, 2, 1, 1]  # type: ignore[attr-defined]
+
+
 # Networks that the layout test runs through the interpreter in both layouts.
-INTERPRETED = ["resnet-18", "mobilenet", "mobilenet_v2", "squeezenet_v1.1", "mlp", "resnet3d-18"]
+INTERPRETED = [
+    *("resnet-18", "mobilenet", "mobilenet_v2", "mobilenet_v3_small", "squeezenet_v1.1"),
+    *("mlp", "resnet3d-18"),
+]
 
 
 @pytest.mark.parametrize("name", INTERPRETED)

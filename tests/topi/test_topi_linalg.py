@@ -24,6 +24,11 @@ CASES = [
     pytest.param("dense", [random((3, 7)), random((5, 7), seed=1)], None, id="dense"),
     pytest.param("dense", [random((2, 3, 6)), random((4, 6), seed=1)], None, id="dense-rank3"),
     pytest.param("dense", [random((6,)), random((4, 6), seed=1)], None, id="dense-vector"),
+    pytest.param("dense_pack", [random((3, 7)), random((2, 7, 4), seed=1)], None, id="pack"),
+    pytest.param(
+        "dense_pack", [random((2, 3, 6)), random((3, 6, 8), seed=1)], None, id="pack-rank3"
+    ),
+    pytest.param("dense_pack", [random((6,)), random((1, 6, 16), seed=1)], None, id="pack-vector"),
     pytest.param("matmul", [random((3, 5)), random((5, 4), seed=1)], None, id="matmul"),
     pytest.param(
         "matmul", [random((2, 1, 3, 5)), random((3, 5, 2), seed=1)], None, id="batch-broadcast"
@@ -52,6 +57,14 @@ def test_dense_prints_like_the_seed() -> None:
         "T_matmul_NT(i, j) += (placeholder[i, k]*placeholder[j, k])"
     )
     assert dag.flop_count == 2 * 10 * 8
+
+
+def test_dense_pack_reads_one_block_of_output_channels() -> None:
+    dag = run_check("dense_pack", [random((1, 8)), random((3, 8, 4))])
+    assert str(dag).splitlines()[-1] == (
+        "T_dense_pack(i, j) += (placeholder[i, k]*placeholder[floordiv(j, 4), k, floormod(j, 4)])"
+    )
+    assert dag.flop_count == 2 * 12 * 8
 
 
 def test_batch_matmul_reads_broadcast_batch_axes_at_zero() -> None:

@@ -2,7 +2,8 @@
 
 Families: `math` (elementwise and broadcasting), `nn` (conv, pooling, normalisation,
 dense/matmul, softmax, resize), `tensor` (reshape, transpose, concat, slice, gather,
-pad, ... and reductions), `sparse` (block-sparse dense). Every op has a NumPy reference
+pad, ... and reductions), `sparse` (block-sparse dense), `packed` (ops reading weights
+re-laid out at build time). Every op has a NumPy reference
 implementation: together they are the reference interpreter's semantics.
 """
 
@@ -22,7 +23,7 @@ from ember.graph.ops.registry import (
 )
 
 # Op families register themselves on import; a family not written yet is simply absent.
-for _family in ("math", "nn", "tensor", "reduce", "sparse"):
+for _family in ("math", "nn", "tensor", "reduce", "sparse", "packed"):
     try:
         importlib.import_module(f"ember.graph.ops.{_family}")
     except ModuleNotFoundError as error:

@@ -25,6 +25,14 @@ typedef struct {
   size_t nbytes;
 } ember_tensor_spec;
 
+/* One step of the entry point, in run order: `name` is its fused group (mod.json's
+ * "groups"), or "output N" for a copy to an output; `kernel` is the function it
+ * calls (a kernel's packed entry, a runtime helper, or memcpy). */
+typedef struct {
+  const char* name;
+  const char* kernel;
+} ember_step_info;
+
 /* The model compiled into the library, defined by the generated entry point. */
 typedef struct {
   const char* target;
@@ -35,6 +43,8 @@ typedef struct {
   const ember_tensor_spec* outputs;
   const ember_tensor_spec* params;
   size_t arena_bytes;
+  int32_t num_steps;
+  const ember_step_info* steps;
 } ember_model_info;
 
 extern const ember_model_info ember_model;
@@ -42,6 +52,13 @@ extern const ember_model_info ember_model;
 /* Runs every step of the model once; 0 = ok, else -1 with ember_set_error called. */
 int32_t ember_model_run(const void* const* params, const void* const* inputs,
                         void* const* outputs, unsigned char* arena);
+
+/* The same, also writing ember_now_seconds() to step_ends[i] after step i. */
+int32_t ember_model_run_timed(const void* const* params, const void* const* inputs,
+                              void* const* outputs, unsigned char* arena, double* step_ends);
+
+/* A monotonic clock in seconds. */
+double ember_now_seconds(void);
 
 /* Records the message ember_last_error() returns (per thread). */
 void ember_set_error(const char* format, ...) __attribute__((format(printf, 1, 2)));

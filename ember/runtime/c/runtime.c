@@ -1,4 +1,4 @@
-/* The C ABI of an Ember library: instances, running, timing, errors.
+/* The C ABI of an Ember library: instances, running, timing, per-step profile, errors.
  *
  * Hand-written once for every model; what differs per model (the tensors, the arena
  * size and the kernel calls) comes from the generated entry point through
@@ -129,7 +129,7 @@ EMBER_EXPORT int32_t ember_run(ember_instance* instance, const void* const* inpu
 
 /* -- benchmark ----------------------------------------------------------------------- */
 
-static double now_seconds(void) {
+double ember_now_seconds(void) {
   struct timespec time;
   clock_gettime(CLOCK_MONOTONIC, &time);
   return (double)time.tv_sec + 1e-9 * (double)time.tv_nsec;
@@ -153,11 +153,11 @@ static void evict_caches(volatile unsigned char* buffer, size_t nbytes) {
 /* Runs the model `number` times; the seconds it took, or a negative value on error. */
 static double time_runs(ember_instance* instance, const void* const* inputs,
                         void* const* outputs, int64_t number) {
-  double start = now_seconds();
+  double start = ember_now_seconds();
   for (int64_t i = 0; i < number; ++i) {
     if (ember_run(instance, inputs, outputs) != 0) return -1.0;
   }
-  return now_seconds() - start;
+  return ember_now_seconds() - start;
 }
 
 /* The next `number` for a repeat that took `elapsed` seconds, too short: enough runs to
@@ -205,5 +205,65 @@ EMBER_EXPORT int32_t ember_benchmark(ember_instance* instance, const void* const
     }
   }
   free(buffer);
+  return status;
+}
+
+/* -- profile ------------------------------------------------------------------------- */
+
+EMBER_EXPORT int32_t ember_num_steps(void) { return ember_model.num_steps; }
+
+EMBER_EXPORT const char* ember_step_name(int32_t step) {
+  return step >= 0 && step < ember_model.num_steps ? ember_model.steps[step].name : NULL;
+}
+
+EMBER_EXPORT const char* ember_step_kernel(int32_t step) {
+  return step >= 0 && step < ember_model.num_steps ? ember_model.steps[step].kernel : NULL;
+}
+
+static int compare_doubles(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+static double median_of(double* values, size_t count) {
+  qsort(values, count, sizeof *values, compare_doubles);
+  return count % 2 ? values[count / 2] : 0.5 * (values[count / 2 - 1] + values[count / 2]);
+}
+
+/* Runs the model `repeat` times after a warm-up run, reading the clock after every
+ * step; seconds_per_step[i] (ember_num_steps() entries) is the median time of step i,
+ * from the end of the step before it (or of the run's start) to its own end. */
+EMBER_EXPORT int32_t ember_profile(ember_instance* instance, const void* const* inputs,
+                                   void* const* outputs, int32_t repeat,
+                                   double* seconds_per_step) {
+  if (repeat < 1 || seconds_per_step == NULL) {
+    ember_set_error("ember_profile: needs repeat >= 1 and a seconds_per_step array of "
+                    "ember_num_steps() entries (got repeat=%d)", repeat);
+    return -1;
+  }
+  if (ember_run(instance, inputs, outputs) != 0) return -1; /* warm up, and check the args */
+  size_t steps = (size_t)ember_model.num_steps;
+  if (steps == 0) return 0;
+  double* ends = malloc(steps * sizeof *ends);
+  double* samples = malloc(steps * (size_t)repeat * sizeof *samples); /* [step][repeat] */
+  if (ends == NULL || samples == NULL) {
+    free(ends);
+    free(samples);
+    ember_set_error("ember_profile: out of memory for %d x %zu step times", repeat, steps);
+    return -1;
+  }
+  int32_t status = 0;
+  for (int32_t r = 0; r < repeat && status == 0; ++r) {
+    double start = ember_now_seconds();
+    status = ember_model_run_timed(instance->params, inputs, outputs, instance->arena, ends);
+    for (size_t i = 0; i < steps && status == 0; ++i) {
+      samples[i * (size_t)repeat + (size_t)r] = ends[i] - (i ? ends[i - 1] : start);
+    }
+  }
+  for (size_t i = 0; i < steps && status == 0; ++i) {
+    seconds_per_step[i] = median_of(samples + i * (size_t)repeat, (size_t)repeat);
+  }
+  free(ends);
+  free(samples);
   return status;
 }

@@ -20,6 +20,7 @@ from ember.testing.workloads.inception import inception_v3
 from ember.testing.workloads.layers import LAYOUTS, Layout, NetBuilder
 from ember.testing.workloads.mlp import mlp
 from ember.testing.workloads.mobilenet import mobilenet, mobilenet_v2
+from ember.testing.workloads.mobilenet_v3 import mobilenet_v3_small
 from ember.testing.workloads.resnet import resnet
 from ember.testing.workloads.resnet3d import resnet3d
 from ember.testing.workloads.squeezenet import squeezenet_v1_1
@@ -53,6 +54,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {
     },
     "mobilenet": WorkloadSpec(mobilenet),
     "mobilenet_v2": WorkloadSpec(mobilenet_v2),
+    "mobilenet_v3_small": WorkloadSpec(mobilenet_v3_small),
     "squeezenet_v1.1": WorkloadSpec(squeezenet_v1_1),
     "inception_v3": WorkloadSpec(inception_v3, default_image=(3, 299, 299)),
     "mlp": WorkloadSpec(mlp),

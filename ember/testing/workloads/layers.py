@@ -22,6 +22,7 @@ from ember.graph.ops.attrs import (
     BatchNormAttrs,
     ClipAttrs,
     ConvAttrs,
+    HardSigmoidAttrs,
     LayoutAttrs,
     PoolAttrs,
     ReshapeAttrs,
@@ -162,8 +163,19 @@ class NetBuilder:
     def relu6(self, x: Value, name: str = "relu6") -> Value:
         return self.graph.add("clip", [x], ClipAttrs(low=0.0, high=6.0), name=name)
 
+    def hard_swish(self, x: Value, name: str = "hard_swish") -> Value:
+        """x * relu6(x + 3) / 6 (torch.nn.Hardswish)."""
+        return self.graph.add("hard_swish", [x], name=name)
+
+    def hard_sigmoid(self, x: Value, name: str = "hard_sigmoid") -> Value:
+        """relu6(x + 3) / 6 (torch.nn.Hardsigmoid; ONNX HardSigmoid with alpha 1/6)."""
+        return self.graph.add("hard_sigmoid", [x], HardSigmoidAttrs(1 / 6, 0.5), name=name)
+
     def add(self, a: Value, b: Value, name: str = "add") -> Value:
         return self.graph.add("add", [a, b], name=name)
+
+    def multiply(self, a: Value, b: Value, name: str = "multiply") -> Value:
+        return self.graph.add("multiply", [a, b], name=name)
 
     def conv_bn_relu(
         self,

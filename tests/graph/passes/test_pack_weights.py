@@ -1,0 +1,124 @@
+"""pack_weights: golden graphs per target, block choice and padding, shared weights,
+what stays unpacked, and the layouts mod.json reports."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember.graph import Graph, GraphBuilder, Params
+from ember.graph.ops.packed import unpack_dense_weight
+from ember.graph.passes.pack_weights import block_size, pack_weights, packed_layouts
+from ember.target import Target
+
+AVX512 = Target("llvm -mcpu=skylake-avx512")
+AVX2 = Target("llvm -mcpu=haswell")
+NEON = Target("llvm -mtriple=aarch64-linux-gnu -mattr=+neon")
+
+
+def layers() -> tuple[Graph, Params]:
+    """dense (bias, relu) -> dense to 10 classes -> matmul by a constant [10, 24]."""
+    generator = np.random.default_rng(0)
+
+    def normal(*shape: int) -> np.ndarray:
+        return generator.standard_normal(shape).astype("float32")
+
+    b = GraphBuilder("layers")
+    x = b.input("x", (3, 16))
+    hidden = b.add("dense", [x, b.param("fc1_weight", normal(32, 16))], name="fc1")
+    hidden = b.add("relu", [b.add("add", [hidden, b.param("fc1_bias", normal(32))])])
+    logits = b.add("dense", [hidden, b.param("fc2_weight", normal(10, 32))], name="fc2")
+    y = b.add("matmul", [logits, b.param("proj_weight", normal(10, 24))], name="proj")
+    return b.build([y])
+
+
+def test_dense_and_constant_matmul_weights_are_packed(check_pass) -> None:
+    graph, params = layers()
+    packed, packed_params = check_pass(
+        pack_weights,
+        graph,
+        params,
+        AVX512,
+        expected="""
+        graph layers(%x: float32[3, 16]) -> (%proj: float32[3, 24]) {
+          param %fc1_bias: float32[32]
+          param %fc1_weight_NK16n: float32[2, 16, 16]
+          param %fc2_weight_NK16n: float32[1, 32, 16]
+          param %proj_weight_NK8n: float32[3, 10, 8]
+          %fc1 = dense_pack(%x, %fc1_weight_NK16n) : float32[3, 32]
+          %add = add(%fc1, %fc1_bias) : float32[3, 32]
+          %relu = relu(%add) : float32[3, 32]
+          %fc2_padded = dense_pack(%relu, %fc2_weight_NK16n) : float32[3, 16]
+          %fc2 = slice(%fc2_padded) {begins=[0, 0], ends=[3, 10], steps=[1, 1]} : float32[3, 10]
+          %proj = dense_pack(%fc2, %proj_weight_NK8n) : float32[3, 24]
+        }
+        """,
+    )
+    weights = {name: unpack_dense_weight(packed_params[name]) for name in packed_layouts(packed)}
+    np.testing.assert_array_equal(weights["fc1_weight_NK16n"], params["fc1_weight"])
+    # 10 classes are no whole vector: zero rows pad them to one block of 16.
+    np.testing.assert_array_equal(weights["fc2_weight_NK16n"][:10], params["fc2_weight"])
+    assert not weights["fc2_weight_NK16n"][10:].any()
+    np.testing.assert_array_equal(weights["proj_weight_NK8n"], params["proj_weight"].T)
+    assert packed_layouts(packed) == {
+        "fc1_weight_NK16n": "NK16n",
+        "fc2_weight_NK16n": "NK16n",
+        "proj_weight_NK8n": "NK8n",
+    }
+
+
+@pytest.mark.parametrize(
+    ("target", "blocks"),
+    [(AVX512, [16, 16, 8]), (AVX2, [8, 8, 8]), (NEON, [4, 4, 4])],
+    ids=["avx512", "avx2", "neon"],
+)
+def test_blocks_follow_the_target_vector_lanes(check_pass, target: Target, blocks) -> None:
+    graph, params = layers()
+    packed, _ = check_pass(pack_weights, graph, params, target)
+    assert [n.inputs[1].shape[2] for n in packed.nodes if n.op == "dense_pack"] == blocks
+
+
+def test_block_size_prefers_whole_vectors_of_the_target() -> None:
+    # Full vectors when they divide, or, with rows enough, pad by at most 1/8...
+    assert [block_size(n, 16, rows=16) for n in (512, 1000, 1001, 100)] == [16, 16, 16, 16]
+    # ...else the widest narrower vector that divides (a single row is bound by reading
+    # the weight: no padding), else full vectors padded.
+    assert [block_size(n, 16) for n in (512, 1000, 1001, 100)] == [16, 8, 16, 4]
+    assert [block_size(n, 16, rows=16) for n in (24, 40, 20, 10)] == [8, 8, 4, 16]
+    assert [block_size(n, 4) for n in (8, 6)] == [4, 4]
+
+
+def test_shared_weight_is_packed_once(check_pass) -> None:
+    generator = np.random.default_rng(1)
+    b = GraphBuilder("shared")
+    weight = b.param("w", generator.standard_normal((16, 8)).astype("float32"))
+    first = b.add("dense", [b.input("x", (2, 8)), weight])
+    second = b.add("dense", [b.input("y", (4, 8)), weight])
+    graph, params = b.build([first, second])
+    packed, packed_params = check_pass(pack_weights, graph, params, AVX512)
+    assert [v.name for v in packed.params] == ["w_NK16n"]
+    assert list(packed_params) == ["w_NK16n"]
+
+
+def test_what_stays_unpacked(check_pass) -> None:
+    generator = np.random.default_rng(2)
+    b = GraphBuilder("kept")
+    x = b.input("x", (2, 8))
+    computed = b.add("dense", [x, b.input("w", (16, 8))], name="computed")  # not a param
+    three_d = b.add(
+        "matmul", [x, b.param("b3", generator.standard_normal((2, 8, 4)).astype("float32"))]
+    )
+    ints = b.add("matmul", [b.input("i", (2, 8), "int32"), b.param("bi", np.ones((8, 4), "int32"))])
+    shared = b.param("s", generator.standard_normal((16, 8)).astype("float32"))
+    used = b.add("dense", [x, shared], name="used")
+    graph, params = b.build([computed, three_d, ints, used, shared])
+    packed, _ = check_pass(pack_weights, graph, params, AVX512)
+    assert [n.op for n in packed.nodes] == ["dense", "matmul", "matmul", "dense_pack"]
+    # A weight that is also an output stays as well as its packed copy.
+    assert {v.name for v in packed.params} == {"b3", "bi", "s", "s_NK16n"}
+    # float64 on NEON: vectors of 2 lanes, narrower than any block worth packing.
+    d = GraphBuilder("doubles")
+    weight = d.param("wd", generator.standard_normal((8, 8)))
+    doubles, double_params = d.build([d.add("dense", [d.input("d", (2, 8), "float64"), weight])])
+    unchanged, _ = check_pass(pack_weights, doubles, double_params, NEON)
+    assert unchanged == doubles
