@@ -18,6 +18,7 @@ from ember.loop.ir import (
     seq,
     split_dtype,
     vector_dtype,
+    walk_stmts,
 )
 from ember.loop.simplify import simplify, simplify_expr
 from ember.loop.verify import verify
@@ -45,4 +46,5 @@ __all__ = [
     "split_dtype",
     "vector_dtype",
     "verify",
+    "walk_stmts",
 ]

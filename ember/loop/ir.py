@@ -12,7 +12,7 @@ Statements: `For` (serial, parallel, vectorized, unrolled; always from 0), `Stor
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ember.te.expr import Expr, Var
@@ -196,6 +196,21 @@ class PrimFunc:
         from ember.loop.printer import format_func
 
         return format_func(self)
+
+
+def walk_stmts(stmt: Stmt) -> Iterator[Stmt]:
+    """Every statement inside `stmt` (itself included), pre-order."""
+    yield stmt
+    match stmt:
+        case For(body=body) | Allocate(body=body) | LetStmt(body=body):
+            yield from walk_stmts(body)
+        case IfThenElse(then_body=then_body, else_body=else_body):
+            yield from walk_stmts(then_body)
+            if else_body is not None:
+                yield from walk_stmts(else_body)
+        case Seq(stmts=children):
+            for child in children:
+                yield from walk_stmts(child)
 
 
 def seq(*stmts: Stmt) -> Stmt:

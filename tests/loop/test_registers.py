@@ -21,6 +21,7 @@ from ember.loop.ir import (
     Stmt,
     Store,
     seq,
+    walk_stmts,
 )
 from ember.loop.registers import MAX_REGISTERS, is_register, promote_registers
 from ember.loop.simplify import simplify
@@ -69,56 +70,23 @@ def check_same(before: PrimFunc, after: PrimFunc) -> None:
 
 
 def index_vars(stmt: Stmt) -> set[Var]:
-    """Variables in the indices of every Load and Store in `stmt`."""
-    found: set[Var] = set()
-
-    def visit(s: Stmt) -> None:
-        if isinstance(s, Store):
-            for node in (*s.indices, s.value):
-                found.update(sub for sub in walk(node) if isinstance(sub, Var))
-        for child in ("body", "then_body", "else_body"):
-            inner = getattr(s, child, None)
-            if inner is not None:
-                visit(inner)
-        for inner in getattr(s, "stmts", ()):
-            visit(inner)
-
-    visit(stmt)
-    return found
+    """Variables in the indices and values of every Store in `stmt`."""
+    return {
+        sub
+        for s in walk_stmts(stmt)
+        if isinstance(s, Store)
+        for node in (*s.indices, s.value)
+        for sub in walk(node)
+        if isinstance(sub, Var)
+    }
 
 
 def allocates(stmt: Stmt) -> list[Buffer]:
-    found: list[Buffer] = []
-
-    def visit(s: Stmt) -> None:
-        if isinstance(s, Allocate):
-            found.append(s.buffer)
-        for child in ("body", "then_body", "else_body"):
-            inner = getattr(s, child, None)
-            if inner is not None:
-                visit(inner)
-        for inner in getattr(s, "stmts", ()):
-            visit(inner)
-
-    visit(stmt)
-    return found
+    return [s.buffer for s in walk_stmts(stmt) if isinstance(s, Allocate)]
 
 
 def loop_kinds(stmt: Stmt) -> list[ForKind]:
-    found: list[ForKind] = []
-
-    def visit(s: Stmt) -> None:
-        if isinstance(s, For):
-            found.append(s.kind)
-        for child in ("body", "then_body", "else_body"):
-            inner = getattr(s, child, None)
-            if inner is not None:
-                visit(inner)
-        for inner in getattr(s, "stmts", ()):
-            visit(inner)
-
-    visit(stmt)
-    return found
+    return [s.kind for s in walk_stmts(stmt) if isinstance(s, For)]
 
 
 def test_unroll_writes_out_short_unrolled_loops_as_constant_lets() -> None:

@@ -23,6 +23,7 @@ from ember.loop.ir import (
     Stmt,
     Store,
     seq,
+    walk_stmts,
 )
 from ember.loop.vectorize import add, flatten_index, multiply, subtract, vectorize
 from ember.te.expr import Binary, BinaryOp, Const, Expr, Var, call, cast, maximum, select
@@ -67,21 +68,12 @@ def kinds(stmt: Stmt) -> list[ForKind]:
 
 
 def vector_stores(stmt: Stmt) -> list[Store]:
-    stores: list[Store] = []
-
-    def visit(s: Stmt) -> None:
-        vector = (Ramp, Broadcast)
-        if isinstance(s, Store) and any(isinstance(n, vector) for e in s.indices for n in walk(e)):
-            stores.append(s)
-        for child in ("body", "then_body", "else_body"):
-            inner = getattr(s, child, None)
-            if inner is not None:
-                visit(inner)
-        for inner in getattr(s, "stmts", ()):
-            visit(inner)
-
-    visit(stmt)
-    return stores
+    vector = (Ramp, Broadcast)
+    return [
+        s
+        for s in walk_stmts(stmt)
+        if isinstance(s, Store) and any(isinstance(n, vector) for e in s.indices for n in walk(e))
+    ]
 
 
 def random_args(func: PrimFunc, seed: int = 0) -> list[np.ndarray]:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ember import te
 from ember.loop.interpret import run_func
-from ember.loop.ir import Allocate, For, IfThenElse, PrimFunc, Seq, Stmt
+from ember.loop.ir import Allocate, For, PrimFunc, Stmt, walk_stmts
 from ember.loop.verify import verify
 from ember.schedule import (
     Annotation,
@@ -154,17 +154,7 @@ def apply(state: State, *steps: Step) -> State:
 
 def stmts(stmt: Stmt) -> Iterator[Stmt]:
     """Every statement, pre-order."""
-    yield stmt
-    match stmt:
-        case For(body=body) | Allocate(body=body):
-            yield from stmts(body)
-        case IfThenElse(then_body=then_body, else_body=else_body):
-            yield from stmts(then_body)
-            if else_body is not None:
-                yield from stmts(else_body)
-        case Seq(stmts=children):
-            for child in children:
-                yield from stmts(child)
+    return walk_stmts(stmt)
 
 
 def loops(func: PrimFunc) -> list[For]:
