@@ -168,7 +168,7 @@ def build(
             "tuning records cannot be applied yet: loading records arrives with the "
             "auto-scheduler; build without tuning_records to use the default schedules"
         )
-    arrays = _checked_params(graph, params)
+    arrays = checked_params(graph, params)
     optimized, arrays = optimize(graph, arrays, target)
     fused = fuse(optimized, arrays)
     _dump("fused graph", fused)
@@ -180,7 +180,7 @@ def build(
     return Library(so_path, metadata, params_out, sources)
 
 
-def _checked_params(graph: Graph, params: Mapping[str, np.ndarray] | None) -> Params:
+def checked_params(graph: Graph, params: Mapping[str, np.ndarray] | None) -> Params:
     params = params or {}
     missing = [value.name for value in graph.params if value.name not in params]
     if missing:

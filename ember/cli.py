@@ -10,7 +10,9 @@ from collections.abc import Sequence
 
 from ember.cli_commands import compile as compile_command
 from ember.cli_commands import info as info_command
+from ember.cli_commands import records as records_command
 from ember.cli_commands import run as run_command
+from ember.cli_commands import tasks as tasks_command
 from ember.cli_commands.common import load_model, parse_shapes
 from ember.errors import EmberError
 
@@ -23,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     info_command.add_parser(commands)
     compile_command.add_parser(commands)
     run_command.add_parser(commands)
+    records_command.add_parser(commands)
+    tasks_command.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,372 @@
+"""Tuning records: one measurement per JSON line, appended as the tuner measures.
+
+A line holds the task (workload key, target, hardware parameters, optional FLOPs), the
+transform steps of the measured State, and the result (costs in seconds, error kind,
+message, timestamp), with a format version. `RecordToFile` appends, flushes and fsyncs
+on every call, so a killed tuning run loses at most the round in flight; `load_records`
+skips damaged lines (a truncated last line, garbage) with one warning and a count.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ember.errors import EmberError
+from ember.schedule.state import ScheduleError
+from ember.schedule.steps import Step, step_from_json
+
+RECORD_VERSION = 1
+
+HardwareValue = int | float | str
+
+
+class RecordsError(EmberError):
+    """A records file cannot be used: missing, not a records file, or not writable."""
+
+
+class ErrorKind(enum.Enum):
+    """Why a measurement has no valid cost; NONE for a good one."""
+
+    NONE = "none"
+    INSTANTIATION = "instantiation"
+    COMPILE = "compile"
+    RUNTIME = "runtime"
+    TIMEOUT = "timeout"
+    WRONG_ANSWER = "wrong_answer"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordTask:
+    """What was tuned: the key that matches a record to a task on another run."""
+
+    workload_key: str
+    target: str
+    hardware: tuple[tuple[str, HardwareValue], ...] = ()
+    flops: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "workload_key": self.workload_key,
+            "target": self.target,
+            "hardware": dict(self.hardware),
+        }
+        if self.flops is not None:
+            data["flops"] = self.flops
+        return data
+
+    @staticmethod
+    def from_json(data: Any) -> RecordTask:
+        data = _mapping(data, "task")
+        workload_key = data.get("workload_key")
+        if isinstance(workload_key, list):
+            # Keys are JSON text; accept a record that stored the list itself.
+            workload_key = json.dumps(workload_key)
+        target = data.get("target")
+        hardware = data.get("hardware", {})
+        flops = data.get("flops")
+        if not isinstance(workload_key, str) or not isinstance(target, str):
+            raise RecordsError("task needs a string workload_key and target")
+        if not isinstance(hardware, dict) or not all(
+            isinstance(v, int | float | str) for v in hardware.values()
+        ):
+            raise RecordsError("task hardware must map names to numbers or strings")
+        if flops is not None and (not isinstance(flops, int) or isinstance(flops, bool)):
+            raise RecordsError(f"task flops must be an integer, not {flops!r}")
+        return RecordTask(workload_key, target, tuple(sorted(hardware.items())), flops)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    """What the measurement gave: costs in seconds (one per repeat) or an error."""
+
+    costs: tuple[float, ...]
+    error: ErrorKind = ErrorKind.NONE
+    message: str = ""
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def mean_cost(self) -> float:
+        """Mean cost in seconds; infinity for an error or a result without costs."""
+        if self.error is not ErrorKind.NONE or not self.costs:
+            return math.inf
+        return sum(self.costs) / len(self.costs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "costs": list(self.costs),
+            "error": self.error.value,
+            "message": self.message,
+            "timestamp": self.timestamp,
+        }
+
+    @staticmethod
+    def from_json(data: Any) -> RecordResult:
+        data = _mapping(data, "result")
+        costs = data.get("costs")
+        if not isinstance(costs, list) or not all(
+            isinstance(c, int | float) and not isinstance(c, bool) for c in costs
+        ):
+            raise RecordsError("result costs must be a list of numbers")
+        try:
+            error = ErrorKind(data.get("error"))
+        except ValueError:
+            raise RecordsError(f"unknown error kind {data.get('error')!r}") from None
+        message = data.get("message", "")
+        timestamp = data.get("timestamp")
+        if not isinstance(message, str) or not isinstance(timestamp, int | float):
+            raise RecordsError("result needs a string message and a numeric timestamp")
+        return RecordResult(tuple(float(c) for c in costs), error, message, float(timestamp))
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureRecord:
+    """One line of a records file: a task, the steps of a State, and its result."""
+
+    task: RecordTask
+    steps: tuple[Step, ...]
+    result: RecordResult
+    version: int = RECORD_VERSION
+
+    @property
+    def is_valid(self) -> bool:
+        return self.result.error is ErrorKind.NONE and bool(self.result.costs)
+
+    @property
+    def mean_cost(self) -> float:
+        return self.result.mean_cost
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "task": self.task.to_json(),
+            "steps": [step.to_json() for step in self.steps],
+            "result": self.result.to_json(),
+        }
+
+    def to_line(self) -> str:
+        """The record as one line of a records file (with its newline)."""
+        return json.dumps(self.to_json(), separators=(",", ":")) + "\n"
+
+    @staticmethod
+    def from_json(data: Any) -> MeasureRecord:
+        """Inverse of `to_json`; anything malformed raises RecordsError saying what."""
+        data = _mapping(data, "record")
+        version = data.get("version")
+        if version != RECORD_VERSION:
+            raise RecordsError(
+                f"record format version {version!r}; this Ember reads version {RECORD_VERSION}"
+            )
+        steps = data.get("steps")
+        if not isinstance(steps, list):
+            raise RecordsError("record steps must be a list")
+        try:
+            parsed = tuple(step_from_json(step) for step in steps)
+        except ScheduleError as error:
+            raise RecordsError(str(error)) from None
+        return MeasureRecord(
+            RecordTask.from_json(data.get("task")),
+            parsed,
+            RecordResult.from_json(data.get("result")),
+        )
+
+
+def _mapping(data: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(data, dict):
+        raise RecordsError(f"{what} must be a JSON object")
+    return data
+
+
+class RecordToFile:
+    """Measure callback: appends each round's records to `path` and makes them durable
+    (flush + fsync) before returning, so killing the tuner loses at most the round in
+    flight."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def __call__(self, records: Sequence[MeasureRecord]) -> None:
+        self.write(records)
+
+    def write(self, records: Sequence[MeasureRecord]) -> None:
+        text = "".join(record.to_line() for record in records)
+        try:
+            with open(self.path, "a+b") as file:
+                # A run killed mid-line leaves no newline; start on a fresh line so this
+                # round is not glued to the damaged one.
+                if file.seek(0, os.SEEK_END) > 0:
+                    file.seek(-1, os.SEEK_END)
+                    if file.read(1) != b"\n":
+                        text = "\n" + text
+                file.write(text.encode())
+                file.flush()
+                os.fsync(file.fileno())
+        except OSError as error:
+            raise RecordsError(
+                f"cannot append tuning records to {self.path}: {error.strerror}; "
+                "choose a writable path for the log"
+            ) from None
+
+
+def load_records(path: str | os.PathLike[str]) -> list[MeasureRecord]:
+    """All readable records of a records file, in file order. Damaged lines (a
+    truncated last line from a killed run, garbage) are skipped with one warning that
+    names the file and the count. A file with lines but no record raises RecordsError."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise RecordsError(
+            f"records file {path} does not exist; pass the log a tuning run wrote "
+            "(RecordToFile / ember tune -o)"
+        ) from None
+    except OSError as error:
+        raise RecordsError(f"cannot read records file {path}: {error.strerror}") from None
+    records: list[MeasureRecord] = []
+    damaged: list[int] = []
+    for number, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            records.append(MeasureRecord.from_json(json.loads(raw)))
+        except (ValueError, RecordsError):  # UnicodeDecodeError and JSONDecodeError too
+            damaged.append(number)
+    if damaged and not records:
+        raise RecordsError(
+            f"{path} holds no tuning record ({len(damaged)} unreadable line(s)); "
+            "is it a records file? Records are JSON lines written by RecordToFile"
+        )
+    if damaged:
+        warnings.warn(
+            f"{path}: skipped {len(damaged)} damaged line(s) (first at line {damaged[0]}); "
+            "a tuning run killed mid-write leaves one, the other records are used",
+            stacklevel=2,
+        )
+    return records
+
+
+def _records(source: str | os.PathLike[str] | Iterable[MeasureRecord]) -> list[MeasureRecord]:
+    if isinstance(source, str | os.PathLike):
+        return load_records(source)
+    return list(source)
+
+
+def load_best(
+    source: str | os.PathLike[str] | Iterable[MeasureRecord], workload_key: str, target: object
+) -> MeasureRecord | None:
+    """The valid record with the lowest mean cost for this workload and target (a
+    Target or its string), or None when there is none. Errors never count."""
+    best: MeasureRecord | None = None
+    for record in _records(source):
+        if (
+            record.is_valid
+            and record.task.workload_key == workload_key
+            and record.task.target == str(target)
+            and (best is None or record.mean_cost < best.mean_cost)
+        ):
+            best = record
+    return best
+
+
+def distill(records: Iterable[MeasureRecord]) -> list[MeasureRecord]:
+    """The best valid record per (workload key, target), in first-seen order."""
+    best: dict[tuple[str, str], MeasureRecord] = {}
+    for record in records:
+        key = (record.task.workload_key, record.task.target)
+        if record.is_valid and (key not in best or record.mean_cost < best[key].mean_cost):
+            best[key] = record
+    return list(best.values())
+
+
+def default_distill_output(path: str | os.PathLike[str]) -> Path:
+    """`log.json` -> `log.best.json`."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.best{path.suffix or '.json'}")
+
+
+def distill_file(
+    input_path: str | os.PathLike[str], output_path: str | os.PathLike[str] | None = None
+) -> tuple[Path, list[MeasureRecord]]:
+    """Distill `input_path` into `output_path` (default `<input>.best.json`), merged with
+    the records already there; the output is replaced atomically. Returns the output
+    path and what it now holds."""
+    output = Path(output_path) if output_path is not None else default_distill_output(input_path)
+    records = load_records(input_path)
+    if output.exists():
+        records = load_records(output) + records
+    best = distill(records)
+    try:
+        with tempfile.NamedTemporaryFile(
+            "w", dir=output.parent, prefix=f".{output.name}.", delete=False
+        ) as file:
+            file.write("".join(record.to_line() for record in best))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(file.name, output)
+    except OSError as error:
+        raise RecordsError(
+            f"cannot write distilled records to {output}: {error.strerror}; "
+            "choose a writable path with -o"
+        ) from None
+    return output, best
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecordSummary:
+    """What `ember records show` prints for one (workload key, target)."""
+
+    workload_key: str
+    target: str
+    trials: int
+    best_seconds: float | None
+    gflops: float | None
+    errors: tuple[tuple[ErrorKind, int], ...]
+
+
+def summarize(records: Iterable[MeasureRecord]) -> list[TaskRecordSummary]:
+    """Per task, in first-seen order: trials, best latency and GFLOPS, errors by kind."""
+    groups: dict[tuple[str, str], list[MeasureRecord]] = {}
+    for record in records:
+        groups.setdefault((record.task.workload_key, record.task.target), []).append(record)
+    summaries = []
+    for (workload_key, target), group in groups.items():
+        best = min(group, key=lambda r: r.mean_cost)
+        seconds = best.mean_cost if best.is_valid else None
+        flops = next((r.task.flops for r in group if r.task.flops is not None), None)
+        counts: dict[ErrorKind, int] = {}
+        for record in group:
+            if record.result.error is not ErrorKind.NONE:
+                counts[record.result.error] = counts.get(record.result.error, 0) + 1
+        errors = tuple((kind, counts[kind]) for kind in ErrorKind if kind in counts)
+        gflops = flops / seconds / 1e9 if seconds and flops is not None else None
+        summaries.append(
+            TaskRecordSummary(workload_key, target, len(group), seconds, gflops, errors)
+        )
+    return summaries
+
+
+__all__ = [
+    "RECORD_VERSION",
+    "ErrorKind",
+    "MeasureRecord",
+    "RecordResult",
+    "RecordTask",
+    "RecordToFile",
+    "RecordsError",
+    "TaskRecordSummary",
+    "default_distill_output",
+    "distill",
+    "distill_file",
+    "load_best",
+    "load_records",
+    "summarize",
+]

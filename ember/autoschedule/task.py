@@ -1,0 +1,113 @@
+"""Search tasks: a network split into the fused groups the auto-scheduler tunes.
+
+    tasks, weights = extract_tasks(graph, params, Target("llvm"))
+    for index, (task, weight) in enumerate(zip(tasks, weights)):
+        print(format_task(index, task, weight))
+
+A task is the ComputeDAG of one fused group plus the target and its hardware
+parameters. The graph goes through exactly the passes `ember.build` runs
+(`ember.build.optimize`, then `fuse`), so every task is a kernel the build will
+compile; groups with the same workload key are one task, and its weight counts them
+(end-to-end latency ~ sum(latency[t] * weight[t])).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ember.autoschedule.hardware import HardwareParams
+from ember.graph.ir import Graph
+from ember.graph.passes import FusedGroup, GroupKind, fuse
+from ember.target import Target
+from ember.te.dag import ComputeDAG
+from ember.te.tensor import ComputeOp
+from ember.topi import NOT_EXPRESSIBLE, group_to_dag
+
+
+@dataclass(frozen=True, slots=True)
+class SearchTask:
+    """One DAG to tune for one target. Equal tasks have the same workload key, target
+    and hardware parameters (the DAG is determined by the key)."""
+
+    compute_dag: ComputeDAG = field(compare=False)
+    workload_key: str
+    target: Target
+    hardware_params: HardwareParams
+    flop_count: int = field(compare=False)
+    desc: str = field(default="", compare=False)  # the first group's name
+
+    @classmethod
+    def create(
+        cls,
+        dag: ComputeDAG,
+        target: Target | str,
+        hardware_params: HardwareParams | None = None,
+        desc: str = "",
+    ) -> SearchTask:
+        """A task for `dag`; hardware parameters detected from `target` unless given."""
+        target = target if isinstance(target, Target) else Target(target)
+        params = hardware_params or HardwareParams.for_target(target)
+        return cls(dag, dag.workload_key, target, params, dag.flop_count, desc)
+
+
+def extract_tasks(
+    graph: Graph,
+    params: Mapping[str, np.ndarray] | None,
+    target: Target | str,
+    include_simple_tasks: bool = False,
+    hardware_params: HardwareParams | None = None,
+) -> tuple[list[SearchTask], list[int]]:
+    """The search tasks of `graph` for `target` and how often each occurs.
+
+    Tasks come in the order their first group runs. Simple groups (no reduction:
+    layout transposes, reshapes, elementwise-only groups) are left out unless
+    `include_simple_tasks`: their default schedule is already memory-bound and close
+    to the best. Groups no kernel expresses (run by a C helper) are never tasks."""
+    # The build's own checks and passes: one code path (imported here because the
+    # build applies tuning records, which depend on this package).
+    from ember.build import checked_params, optimize
+
+    target = target if isinstance(target, Target) else Target(target)
+    hardware = hardware_params or HardwareParams.for_target(target)
+    optimized, arrays = optimize(graph, checked_params(graph, params), target)
+    fused = fuse(optimized, arrays)
+    tasks: dict[str, SearchTask] = {}
+    weights: dict[str, int] = {}
+    for group in fused.groups:
+        if _runs_in_helper(group):
+            continue
+        dag, _ = group_to_dag(group)
+        if not include_simple_tasks and is_simple(dag):
+            continue
+        key = dag.workload_key
+        if key not in tasks:
+            tasks[key] = SearchTask.create(dag, target, hardware, desc=group.name)
+        weights[key] = weights.get(key, 0) + 1
+    return list(tasks.values()), [weights[key] for key in tasks]
+
+
+def is_simple(dag: ComputeDAG) -> bool:
+    """Whether no stage of `dag` reduces: an injective-only group, nothing to tile."""
+    return not any(
+        isinstance(tensor.op, ComputeOp) and tensor.op.reduce_axes for tensor in dag.compute_tensors
+    )
+
+
+def format_task(index: int, task: SearchTask, weight: int | None = None) -> str:
+    """The task as the seed prints it: a header with the workload key, the ComputeDAG,
+    then (Ember's addition) its FLOPs and weight."""
+    lines = [f"========== Task {index} (workload key: {task.workload_key}) =========="]
+    lines.append(str(task.compute_dag))
+    extra = f"# {task.desc}: {task.flop_count} FLOPs"
+    if weight is not None:
+        extra += f", weight {weight}"
+    lines.append(extra)
+    return "\n".join(lines)
+
+
+def _runs_in_helper(group: FusedGroup) -> bool:
+    # Same rule as ember.build's plan: such a group has no DAG and no kernel.
+    return group.kind == GroupKind.OPAQUE and group.nodes[0].op in NOT_EXPRESSIBLE

@@ -1,0 +1,190 @@
+"""Tuning records: JSON-lines round trip, a log damaged by a killed run still loads
+(with one warning), load_best and distill use only valid records, and the
+`ember records` commands with the messages of the errors a user can cause."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from ember import te
+from ember.autoschedule import (
+    ErrorKind,
+    MeasureRecord,
+    RecordResult,
+    RecordsError,
+    RecordTask,
+    RecordToFile,
+    distill,
+    load_best,
+    load_records,
+)
+from ember.cli import main
+from ember.errors import EmberError
+from ember.schedule import Annotation, AnnotationStep, SplitStep, replay
+
+
+def dense_dag(m: int = 5, n: int = 6, k: int = 7) -> te.ComputeDAG:
+    data = te.placeholder((m, k), name="data")
+    weight = te.placeholder((n, k), name="weight")
+    rk = te.reduce_axis(k, "k")
+    dense = te.compute(
+        (m, n), lambda i, j: te.reduce_sum(data[i, rk] * weight[j, rk], rk), name="T_dense"
+    )
+    return te.ComputeDAG([dense])
+
+
+DENSE = 2  # stage of T_dense in dense_dag: after the data and weight placeholders
+KEY = json.dumps(["abc123", [5, 7], [6, 7], [6], [5, 6]])
+OTHER_KEY = json.dumps(["def456", [8, 8]])
+
+
+def record(
+    cost: float | None = 1e-3,
+    error: ErrorKind = ErrorKind.NONE,
+    key: str = KEY,
+    target: str = "llvm",
+    flops: int | None = 420,
+) -> MeasureRecord:
+    steps = (SplitStep(DENSE, 0, (5,)), AnnotationStep(DENSE, 0, Annotation.PARALLEL))
+    costs = (cost, cost) if cost is not None else ()
+    return MeasureRecord(
+        RecordTask(key, target, (("cores", 4), ("vector_bytes", 32)), flops),
+        steps,
+        RecordResult(costs, error, "" if error is ErrorKind.NONE else "boom", 1.5),
+    )
+
+
+def write(path: Path, *records: MeasureRecord) -> Path:
+    RecordToFile(path)(list(records))
+    return path
+
+
+def test_round_trip_through_a_file_replays_the_same_state(tmp_path: Path) -> None:
+    original = record()
+    log = write(tmp_path / "log.json", original, record(error=ErrorKind.TIMEOUT, cost=None))
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2
+    first = json.loads(lines[0])
+    assert first["version"] == 1 and first["task"]["hardware"] == {"cores": 4, "vector_bytes": 32}
+    assert first["result"] == {
+        "costs": [1e-3, 1e-3],
+        "error": "none",
+        "message": "",
+        "timestamp": 1.5,
+    }
+    loaded = load_records(log)
+    assert loaded[0] == original and loaded[1].result.error is ErrorKind.TIMEOUT
+    dag = dense_dag()
+    assert replay(dag, loaded[0].steps) == replay(dag, original.steps)
+
+
+def test_damaged_lines_are_skipped_with_one_warning(tmp_path: Path) -> None:
+    log = write(tmp_path / "log.json", record(), record(cost=2e-3))
+    good = log.read_text()
+    # garbage in the middle, and a last line cut short as by SIGKILL mid-write
+    log.write_text(good + "not json at all\n" + record().to_line()[:40])
+    with pytest.warns(UserWarning) as caught:
+        loaded = load_records(log)
+    assert len(caught) == 1
+    assert str(log) in str(caught[0].message) and "skipped 2 damaged line" in str(caught[0].message)
+    assert len(loaded) == 2
+    # the next round starts on a fresh line, so it is not lost to the damaged one
+    write(log, record(cost=5e-4))
+    with pytest.warns(UserWarning, match="skipped 2"):
+        assert load_records(log)[-1].mean_cost == pytest.approx(5e-4)
+
+
+def test_a_clean_log_loads_without_warnings(tmp_path: Path) -> None:
+    log = write(tmp_path / "log.json", record())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(load_records(log)) == 1
+
+
+def test_load_best_ignores_errors_and_other_tasks(tmp_path: Path) -> None:
+    records = [
+        record(cost=3e-3),
+        record(cost=1e-9, error=ErrorKind.WRONG_ANSWER),
+        record(cost=None, error=ErrorKind.RUNTIME),
+        record(cost=2e-3),
+        record(cost=1e-6, key=OTHER_KEY),
+        record(cost=1e-6, target="cuda"),
+    ]
+    best = load_best(records, KEY, "llvm")
+    assert best is not None and best.mean_cost == pytest.approx(2e-3)
+    log = write(tmp_path / "log.json", *records)
+    assert load_best(log, KEY, "llvm") == best
+    assert load_best(log, KEY, "c") is None
+    assert load_best([record(error=ErrorKind.COMPILE)], KEY, "llvm") is None
+
+
+def test_distill_keeps_the_best_valid_record_per_task() -> None:
+    best = distill(
+        [
+            record(cost=3e-3),
+            record(cost=1e-3),
+            record(cost=1e-9, error=ErrorKind.TIMEOUT),
+            record(cost=4e-3, key=OTHER_KEY),
+        ]
+    )
+    assert [(r.task.workload_key, r.mean_cost) for r in best] == [(KEY, 1e-3), (OTHER_KEY, 4e-3)]
+
+
+def test_cli_distill_merges_into_the_existing_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = write(tmp_path / "log.json", record(cost=3e-3), record(cost=2e-3, key=OTHER_KEY))
+    out = write(tmp_path / "out.json", record(cost=1e-3), record(cost=9e-3, target="cuda"))
+    assert main(["records", "distill", "-i", str(log), "-o", str(out)]) == 0
+    assert "wrote 3 record(s)" in capsys.readouterr().out
+    merged = {(r.task.workload_key, r.task.target): r.mean_cost for r in load_records(out)}
+    assert merged == {(KEY, "llvm"): 1e-3, (KEY, "cuda"): 9e-3, (OTHER_KEY, "llvm"): 2e-3}
+
+
+def test_cli_distill_default_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = write(tmp_path / "tune.json", record(cost=3e-3), record(cost=2e-3))
+    assert main(["records", "distill", "-i", str(log)]) == 0
+    assert str(tmp_path / "tune.best.json") in capsys.readouterr().out
+    assert [r.mean_cost for r in load_records(tmp_path / "tune.best.json")] == [2e-3]
+
+
+def test_cli_show_prints_latency_gflops_trials_and_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # keep each table row on one line
+    log = write(
+        tmp_path / "log.json",
+        record(cost=2e-6),
+        record(cost=None, error=ErrorKind.TIMEOUT),
+        record(cost=None, error=ErrorKind.TIMEOUT),
+        record(cost=None, error=ErrorKind.COMPILE),
+        record(cost=None, error=ErrorKind.RUNTIME, key=OTHER_KEY, flops=None),
+    )
+    assert main(["records", "show", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "2 task(s)" in out
+    assert "2.00 us" in out and "0.21" in out  # 420 FLOPs in 2 us = 0.21 GFLOPS
+    assert "compile 1" in out and "timeout 2" in out and "runtime 1" in out
+
+
+def test_cli_errors_say_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["records", "show", str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err
+    assert "missing.json does not exist" in err and "RecordToFile" in err
+    bad = tmp_path / "model.onnx"
+    bad.write_bytes(b"\x08\x07\x12\x04onnx\xff\xfe\n{}\n")
+    assert main(["records", "distill", "-i", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "holds no tuning record" in err and "is it a records file?" in err
+    assert main(["records", "show", str(tmp_path)]) == 2
+    assert "cannot read records file" in capsys.readouterr().err
+
+
+def test_records_error_is_an_ember_error() -> None:
+    assert issubclass(RecordsError, EmberError)
+    with pytest.raises(RecordsError, match="version 2"):
+        MeasureRecord.from_json({**record().to_json(), "version": 2})
