@@ -100,7 +100,7 @@ goto if inline int long register restrict return short signed sizeof static stru
 switch typedef union unsigned void volatile while _Bool _Complex _Imaginary bool
 true false main args num_args free memcpy aligned_alloc malloc errno NAN INFINITY
 """
-_C_KEYWORDS = frozenset(_RESERVED_WORDS.split())
+C_KEYWORDS = frozenset(_RESERVED_WORDS.split())
 _LIBRARY_PREFIXES = ("ember_", "omp_", "__")
 # Library functions and type names (stdint types, our vector typedefs) to steer clear of.
 _LIBRARY_NAME = re.compile(
@@ -146,7 +146,7 @@ class Names:
 
     def __init__(self) -> None:
         self._by_key: dict[object, str] = {}
-        self._used: set[str] = set(_C_KEYWORDS)
+        self._used: set[str] = set(C_KEYWORDS)
 
     def reserve(self, name: str) -> str:
         unique = self._unique(name)

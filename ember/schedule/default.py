@@ -62,6 +62,7 @@ from dataclasses import dataclass
 
 from ember.loop.analysis import linear_coefficients
 from ember.schedule.default_dense import schedule_matrix_product
+from ember.schedule.lower import expanded_body
 from ember.schedule.state import Annotation, Location, Stage, State
 from ember.schedule.steps import (
     AnnotationStep,
@@ -76,7 +77,7 @@ from ember.target import Target
 from ember.te.dag import ComputeDAG
 from ember.te.expr import Binary, BinaryOp, Const, Expr, Reduce, Select, TensorRead, Var
 from ember.te.tensor import Tensor
-from ember.te.visit import free_vars, map_expr, substitute, walk
+from ember.te.visit import free_vars, map_expr, walk
 
 # A loop nest with fewer element operations than this runs on one thread: forking
 # OpenMP threads costs a few microseconds, more than such a nest takes.
@@ -137,25 +138,8 @@ def _is_output(state: State, tensor: Tensor) -> bool:
     return any(tensor is t for t in state.dag.outputs)
 
 
-def _expanded(state: State, index: int) -> Expr:
-    """The stage's body with its inlined producers substituted (as lowering sees it)."""
-    stages = state.stages
-
-    def inline(node: Expr) -> Expr | None:
-        if not isinstance(node, TensorRead):
-            return None
-        for producer, stage in enumerate(stages):
-            if stage.tensor is node.tensor and stage.location is Location.INLINED:
-                axes = stage.compute_op.axes
-                mapping = {a.var: i for a, i in zip(axes, node.indices, strict=True)}
-                return substitute(_expanded(state, producer), mapping)
-        return None
-
-    return map_expr(stages[index].compute_op.body, inline)
-
-
 def _reads(state: State, index: int) -> list[TensorRead]:
-    return [n for n in walk(_expanded(state, index)) if isinstance(n, TensorRead)]
+    return [n for n in walk(expanded_body(state, index)) if isinstance(n, TensorRead)]
 
 
 def _readers(state: State, tensor: Tensor) -> list[int]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ember.codegen.renderer import C_KEYWORDS
 from ember.loop.analysis import Interval, LinearForm, const_interval, from_linear, to_linear
 from ember.loop.ir import (
     Allocate,
@@ -103,12 +104,27 @@ _FOR_KINDS = {
     Annotation.UNROLL: ForKind.UNROLLED,
 }
 
-# C keywords and names a kernel's buffers and loop variables must not take.
-_C_RESERVED = frozenset(
-    """auto break case char const continue default do double else enum extern float for goto
-    if inline int long register restrict return short signed sizeof static struct switch
-    typedef union unsigned void volatile while bool true false main""".split()  # noqa: SIM905
-)
+
+def expanded_body(state: State, index: int, cache: dict[int, Expr] | None = None) -> Expr:
+    """Stage `index`'s body with every inlined producer substituted (recursively), as
+    lowering computes it. `cache` (stage index -> body) is filled along the way."""
+    cache = {} if cache is None else cache
+    if index not in cache:
+        stages = state.stages
+        stage_of = {id(s.tensor): i for i, s in enumerate(stages)}
+
+        def inline(node: Expr) -> Expr | None:
+            if not isinstance(node, TensorRead):
+                return None
+            producer = stage_of.get(id(node.tensor))
+            if producer is None or stages[producer].location is not Location.INLINED:
+                return None
+            axes = stages[producer].compute_op.axes
+            mapping = {a.var: i for a, i in zip(axes, node.indices, strict=True)}
+            return substitute(expanded_body(state, producer, cache), mapping)
+
+        cache[index] = map_expr(stages[index].compute_op.body, inline)
+    return cache[index]
 
 
 class _Names:
@@ -121,7 +137,7 @@ class _Names:
         base = re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
         if base[0].isdigit():
             base = f"v{base}"
-        if base in _C_RESERVED:
+        if base in C_KEYWORDS:
             base = f"{base}_"
         candidate, count = base, 0
         while candidate in self.used:
@@ -223,22 +239,7 @@ class _Lowering:
     # -- expressions ---------------------------------------------------------------
 
     def _expanded(self, index: int) -> Expr:
-        """The stage's body with every inlined producer substituted (recursively)."""
-        if index not in self.expanded:
-            stages = self.state.stages
-
-            def inline(node: Expr) -> Expr | None:
-                if not isinstance(node, TensorRead):
-                    return None
-                producer = self.stage_of.get(id(node.tensor))
-                if producer is None or stages[producer].location is not Location.INLINED:
-                    return None
-                axes = stages[producer].compute_op.axes
-                mapping = {a.var: i for a, i in zip(axes, node.indices, strict=True)}
-                return substitute(self._expanded(producer), mapping)
-
-            self.expanded[index] = map_expr(stages[index].compute_op.body, inline)
-        return self.expanded[index]
+        return expanded_body(self.state, index, self.expanded)
 
     def _to_loads(self, value: Expr, env: Mapping[int, _Placed]) -> Expr:
         def load(node: Expr) -> Expr | None:
