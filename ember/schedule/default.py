@@ -62,7 +62,7 @@ from dataclasses import dataclass
 
 from ember.loop.analysis import linear_coefficients
 from ember.schedule.default_dense import schedule_matrix_product
-from ember.schedule.lower import expanded_body
+from ember.schedule.lower import expanded_body, loop_readers
 from ember.schedule.state import Annotation, Location, Stage, State
 from ember.schedule.steps import (
     AnnotationStep,
@@ -144,13 +144,7 @@ def _reads(state: State, index: int) -> list[TensorRead]:
 
 def _readers(state: State, tensor: Tensor) -> list[int]:
     """Stages with loops that read `tensor` once inlined stages are substituted."""
-    return [
-        i
-        for i, s in enumerate(state.stages)
-        if not s.is_placeholder
-        and s.location is not Location.INLINED
-        and any(read.tensor is tensor for read in _reads(state, i))
-    ]
+    return loop_readers(state).get(id(tensor), [])
 
 
 def _keeps_padding_at_root(state: State, index: int) -> bool:

@@ -127,6 +127,22 @@ def expanded_body(state: State, index: int, cache: dict[int, Expr] | None = None
     return cache[index]
 
 
+def loop_readers(state: State, cache: dict[int, Expr] | None = None) -> dict[int, list[int]]:
+    """id(tensor) -> the stages with loops of their own (root or attached, in stage
+    order) that read it once inlined stages are substituted."""
+    cache = {} if cache is None else cache
+    readers: dict[int, list[int]] = {}
+    for index, stage in enumerate(state.stages):
+        if stage.is_placeholder or stage.location is Location.INLINED:
+            continue
+        for node in walk(expanded_body(state, index, cache)):
+            if isinstance(node, TensorRead):
+                found = readers.setdefault(id(node.tensor), [])
+                if index not in found:
+                    found.append(index)
+    return readers
+
+
 class _Names:
     """Unique C identifiers for buffers and loop variables of one function."""
 
@@ -259,14 +275,7 @@ class _Lowering:
         """An attached stage's buffer lives inside its target's loop, so the target
         must be its only reader (after inlining)."""
         stages = self.state.stages
-        readers: dict[int, list[int]] = {}
-        for index, stage in enumerate(stages):
-            if _has_loops(stage, Location.ROOT) or _has_loops(stage, Location.ATTACHED):
-                for node in walk(self._expanded(index)):
-                    if isinstance(node, TensorRead):
-                        found = readers.setdefault(id(node.tensor), [])
-                        if index not in found:
-                            found.append(index)
+        readers = loop_readers(self.state, self.expanded)
         for stage in stages:
             if stage.location is Location.ATTACHED:
                 others = [i for i in readers.get(id(stage.tensor), []) if i != stage.attach_stage]
