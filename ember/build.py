@@ -17,8 +17,9 @@ The pipeline, one named step after another (EMBER_DEBUG=1 prints each result):
    share one.
 3. plan: where each tensor lives (`ember.runtime.memory_plan` packs intermediates into
    one arena by liveness) and the steps of the AOT entry point (`ember.runtime.aot`).
-4. compile: each kernel lowered with its schedule (the default schedule; tuned records
-   arrive with the auto-scheduler) and compiled to an object file in parallel, cached
+4. compile: each kernel lowered with its schedule (the best tuning record's for its
+   workload key and target when `tuning_records` has one, else the default schedule)
+   and compiled to an object file in parallel, cached
    by content (`ember.toolchain`); the hand-written runtime and the generated entry
    point likewise; all linked into one library. Every object is compiled with
    -fvisibility=hidden, so the library exports exactly the C ABI of runtime.c.
@@ -30,6 +31,7 @@ import hashlib
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -40,6 +42,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ember.autoschedule.records import MeasureRecord, load_best, load_records
 from ember.codegen.c import entry_symbols
 from ember.config import debug_enabled
 from ember.errors import BuildError
@@ -77,6 +80,8 @@ from ember.runtime.memory_plan import MemoryPlan, TensorLifetime, plan_memory
 from ember.runtime.module import Module
 from ember.schedule.default import default_schedule
 from ember.schedule.lower import lower
+from ember.schedule.state import ScheduleError, State
+from ember.schedule.steps import replay
 from ember.target import Target
 from ember.te.dag import ComputeDAG
 from ember.toolchain import compile_object, kernel_source, link_shared
@@ -93,6 +98,7 @@ class KernelSource:
     name: str
     c_source: str
     func: PrimFunc
+    tuned: bool = False  # scheduled from a tuning record (else the default schedule)
 
     @property
     def loop_ir(self) -> str:
@@ -153,9 +159,10 @@ def build(
 ) -> Library:
     """Build `graph` for `target` into one library (see the module docstring).
 
-    `tuning_records` (a records file, or records) is refused for now: applying them
-    arrives with the auto-scheduler, and every group gets its default schedule.
-    `progress` shows a progress bar over the kernels on stderr; by default only when
+    `tuning_records` (a records file, or records): each kernel whose workload key has
+    a valid record for `target` is compiled with the best one's schedule, the others
+    with their default schedule (`Library.metadata["groups"][i]["schedule"]` says
+    which). `progress` shows a progress bar over the kernels on stderr; by default only when
     stderr is a terminal."""
     target = target if isinstance(target, Target) else Target(target)
     if not target.is_cpu:
@@ -163,19 +170,15 @@ def build(
             f"target {target} cannot be built yet: ember.build supports CPU targets "
             "('llvm' or 'c', with -mtriple/-mcpu/-mattr)"
         )
-    if tuning_records is not None:
-        raise BuildError(
-            "tuning records cannot be applied yet: loading records arrives with the "
-            "auto-scheduler; build without tuning_records to use the default schedules"
-        )
+    records = _tuning_records(tuning_records)
     arrays = checked_params(graph, params)
     optimized, arrays = optimize(graph, arrays, target)
     fused = fuse(optimized, arrays)
     _dump("fused graph", fused)
     plan = plan_build(fused, target)
     show = sys.stderr.isatty() if progress is None else progress
-    so_path, sources = _compile_and_link(plan, target, graph.name, show)
-    metadata = _metadata(graph, fused, plan, target)
+    so_path, sources = _compile_and_link(plan, target, graph.name, show, records)
+    metadata = _metadata(graph, fused, plan, target, sources)
     params_out = {value.name: arrays[value.name] for value in optimized.params}
     return Library(so_path, metadata, params_out, sources)
 
@@ -419,7 +422,11 @@ def _record(group: FusedGroup, kernel: str, workload_key: str | None) -> GroupRe
 
 
 def _compile_and_link(
-    plan: BuildPlan, target: Target, name: str, show: bool
+    plan: BuildPlan,
+    target: Target,
+    name: str,
+    show: bool,
+    records: Sequence[MeasureRecord] = (),
 ) -> tuple[Path, GeneratedSources]:
     """Every object compiled in parallel (cached), then linked into one library; also
     the generated sources, as compiled. Kernels are lowered on this thread while
@@ -436,7 +443,7 @@ def _compile_and_link(
             for source in (*runtime_sources(), entry_point)
         ]
         for job in plan.kernels:
-            kernel = _kernel_source(job, target)
+            kernel = _kernel_source(job, target, records)
             kernels.append(kernel)
             future = pool.submit(compile_object, kernel.c_source, target, _OBJECT_FLAGS)
             future.add_done_callback(lambda _: advance())
@@ -445,15 +452,51 @@ def _compile_and_link(
     return link_shared(objects, target), GeneratedSources(entry_point, tuple(kernels))
 
 
-def _kernel_source(job: KernelJob, target: Target) -> KernelSource:
-    state = default_schedule(job.dag, target)
+def _tuning_records(
+    source: str | os.PathLike[str] | Sequence[object] | None,
+) -> list[MeasureRecord]:
+    if source is None:
+        return []
+    if isinstance(source, str | os.PathLike):
+        return load_records(source)
+    records = list(source)
+    for record in records:
+        if not isinstance(record, MeasureRecord):
+            raise BuildError(
+                f"tuning_records must be a records file or MeasureRecords, not a list "
+                f"holding {type(record).__name__}"
+            )
+    return records  # type: ignore[return-value]
+
+
+def _schedule(
+    job: KernelJob, target: Target, records: Sequence[MeasureRecord]
+) -> tuple[State, bool]:
+    """The best record's schedule for the job's workload, else the default one."""
+    best = load_best(records, job.workload_key, target) if records else None
+    if best is not None:
+        try:
+            return replay(job.dag, best.steps), True
+        except ScheduleError as error:
+            warnings.warn(
+                f"the tuning record for kernel {job.name} does not apply to its DAG "
+                f"({error}); it gets its default schedule",
+                stacklevel=4,
+            )
+    return default_schedule(job.dag, target), False
+
+
+def _kernel_source(
+    job: KernelJob, target: Target, records: Sequence[MeasureRecord] = ()
+) -> KernelSource:
+    state, tuned = _schedule(job, target, records)
     func = lower(state, job.name)
     if entry_symbols(func)[1] != job.symbol:
         raise BuildError(
             f"kernel {job.name} was rendered with entry {entry_symbols(func)[1]}, not "
             f"{job.symbol}; this is a bug in Ember, please report it"
         )
-    return KernelSource(job.name, kernel_source(func), func)
+    return KernelSource(job.name, kernel_source(func), func, tuned)
 
 
 @contextmanager
@@ -479,7 +522,11 @@ def _progress_bar(show: bool, description: str, total: int) -> Iterator[Callable
 
 
 def _metadata(
-    original: Graph, fused: FusedGraph, plan: BuildPlan, target: Target
+    original: Graph,
+    fused: FusedGraph,
+    plan: BuildPlan,
+    target: Target,
+    sources: GeneratedSources | None = None,
 ) -> dict[str, object]:
     """mod.json: everything a runtime or a user needs to know about the library."""
     from ember import __version__
@@ -487,6 +534,7 @@ def _metadata(
     summary = summarize(original).to_json()
     del summary["inputs"], summary["outputs"]
     layouts = packed_layouts(fused.graph)
+    tuned = {kernel.name for kernel in sources.kernels if kernel.tuned} if sources else set()
     return {
         "format_version": FORMAT_VERSION,
         "ember_version": __version__,
@@ -502,6 +550,7 @@ def _metadata(
                 "kind": record.kind,
                 "kernel": record.kernel,
                 "workload_key": record.workload_key,
+                "schedule": _schedule_kind(record, tuned),
                 "inputs": list(record.inputs),
                 "outputs": list(record.outputs),
                 "flops": record.flops,
@@ -515,6 +564,12 @@ def _metadata(
             "kernels": len(plan.kernels),
         },
     }
+
+
+def _schedule_kind(record: GroupRecord, tuned: set[str]) -> str:
+    if record.workload_key is None:
+        return "helper"  # hand-written C (topk), nothing to schedule
+    return "tuned" if record.kernel in tuned else "default"
 
 
 def _param_json(value: Value, layouts: Mapping[str, str]) -> dict[str, object]:

@@ -283,12 +283,6 @@ def test_params_of_another_graph_are_refused() -> None:
         ember.build(graph, "llvm", params={**params, "w": params["w"].T.copy()})
 
 
-def test_tuning_records_are_not_faked() -> None:
-    graph, params = dense_graph()
-    with pytest.raises(BuildError, match="arrives with the auto-scheduler"):
-        ember.build(graph, "llvm", params=params, tuning_records="records.json")
-
-
 def test_gpu_targets_are_refused() -> None:
     graph, params = dense_graph()
     with pytest.raises(BuildError, match="supports CPU targets"):

@@ -1,7 +1,23 @@
 """The auto-scheduler: search over States for each task of a network, measured on the
-device and logged as tuning records."""
+device and logged as tuning records.
 
+    tasks, weights = extract_tasks(graph, params, "llvm")
+    task = tasks[0]
+    task.tune(TuningOptions(num_measure_trials=200, measure_callbacks=[RecordToFile(log)]))
+    state = task.apply_best(log)
+    lib = ember.build(graph, "llvm", params=params, tuning_records=log)
+
+The pipeline of one round, one module each: `sketch` (template-free search space) ->
+`annotate` (random tile sizes, parallel / vector / unroll annotations) -> `search`
+(evolutionary search guided by a `cost_model`, with `mutate`) -> `builder` ->
+`runner` (measurement in worker processes, checked against `reference`) -> `records`
+(the log); `tuning` runs the rounds.
+"""
+
+from ember.autoschedule.builder import LocalBuilder
+from ember.autoschedule.cost_model import CostModel, RandomModel
 from ember.autoschedule.hardware import HardwareParams
+from ember.autoschedule.measure import BuildResult, MeasureInput, MeasureResult
 from ember.autoschedule.records import (
     ErrorKind,
     MeasureRecord,
@@ -13,19 +29,47 @@ from ember.autoschedule.records import (
     load_best,
     load_records,
 )
+from ember.autoschedule.runner import LocalRunner
+from ember.autoschedule.search import EvolutionarySearch, SearchParams
+from ember.autoschedule.sketch import Sketch, generate_sketches
 from ember.autoschedule.task import SearchTask, extract_tasks
+from ember.autoschedule.tuning import (
+    TaskTuner,
+    TuneResult,
+    TuningError,
+    TuningOptions,
+    apply_best,
+    tune_task,
+)
 
 __all__ = [
+    "BuildResult",
+    "CostModel",
     "ErrorKind",
+    "EvolutionarySearch",
     "HardwareParams",
+    "LocalBuilder",
+    "LocalRunner",
+    "MeasureInput",
     "MeasureRecord",
+    "MeasureResult",
+    "RandomModel",
     "RecordResult",
     "RecordTask",
     "RecordToFile",
     "RecordsError",
+    "SearchParams",
     "SearchTask",
+    "Sketch",
+    "TaskTuner",
+    "TuneResult",
+    "TuningError",
+    "TuningOptions",
+    "apply_best",
     "distill",
     "extract_tasks",
+    "generate_sketches",
     "load_best",
     "load_records",
+    "tune_task",
 ]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ember.errors import EmberError
-from ember.schedule.state import ScheduleError
+from ember.schedule.state import ScheduleError, State
 from ember.schedule.steps import Step, step_from_json
 
 RECORD_VERSION = 1
@@ -178,6 +178,16 @@ class MeasureRecord:
             parsed,
             RecordResult.from_json(data.get("result")),
         )
+
+
+def steps_key(steps: Sequence[Step]) -> str:
+    """The identity of a schedule across runs: its steps as a record stores them."""
+    return json.dumps([step.to_json() for step in steps], separators=(",", ":"))
+
+
+def state_key(state: State) -> str:
+    """`steps_key` of a state's steps: equal keys replay to equal states."""
+    return steps_key(state.steps)  # type: ignore[arg-type]
 
 
 def _mapping(data: Any, what: str) -> Mapping[str, Any]:

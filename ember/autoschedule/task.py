@@ -13,8 +13,10 @@ compile; groups with the same workload key are one task, and its weight counts t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +27,12 @@ from ember.target import Target
 from ember.te.dag import ComputeDAG
 from ember.te.tensor import ComputeOp
 from ember.topi import NOT_EXPRESSIBLE, group_to_dag
+
+if TYPE_CHECKING:  # the tuning modules import this one
+    from ember.autoschedule.cost_model import CostModel
+    from ember.autoschedule.records import MeasureRecord
+    from ember.autoschedule.tuning import TuneResult, TuningOptions
+    from ember.schedule.state import State
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +59,24 @@ class SearchTask:
         target = target if isinstance(target, Target) else Target(target)
         params = hardware_params or HardwareParams.for_target(target)
         return cls(dag, dag.workload_key, target, params, dag.flop_count, desc)
+
+    def tune(
+        self,
+        options: TuningOptions | None = None,
+        cost_model: CostModel | None = None,
+        load_log_file: str | os.PathLike[str] | None = None,
+        seed: int | None = None,
+    ) -> TuneResult:
+        """Search for this task's fastest State (`ember.autoschedule.tuning.tune_task`)."""
+        from ember.autoschedule.tuning import tune_task
+
+        return tune_task(self, options, cost_model, load_log_file=load_log_file, seed=seed)
+
+    def apply_best(self, log: str | os.PathLike[str] | Iterable[MeasureRecord]) -> State:
+        """The fastest valid State for this task in a records file (or records)."""
+        from ember.autoschedule.tuning import apply_best
+
+        return apply_best(self, log)
 
 
 def extract_tasks(

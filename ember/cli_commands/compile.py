@@ -42,6 +42,17 @@ def describe_library(metadata: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def describe_schedules(metadata: Mapping[str, Any]) -> str:
+    """Which kernels a tuning record scheduled and which fell back to the default."""
+    kinds = {g["kernel"]: g.get("schedule") for g in metadata.get("groups", [])}
+    tuned = sorted(k for k, kind in kinds.items() if kind == "tuned")
+    default = sorted(k for k, kind in kinds.items() if kind == "default")
+    text = f"  tuned schedules: {len(tuned)} of {len(tuned) + len(default)} kernels"
+    if default:
+        text += f"; default schedule (no valid record) for: {', '.join(default)}"
+    return text
+
+
 def dump_code(files: Mapping[str, str], directory: Path) -> None:
     """Write `files` (name -> text, from `Library.sources.files()`) into `directory`."""
     try:
@@ -76,6 +87,8 @@ def command_compile(args: argparse.Namespace) -> int:
     print(f"compiled {args.model} for target '{target}' in {elapsed:.2f} s")
     for line in describe_library(library.metadata):
         print(line)
+    if args.tuning_records:
+        print(describe_schedules(library.metadata))
     if args.dump_code:
         files = library.sources.files()
         dump_code(files, Path(args.dump_code))

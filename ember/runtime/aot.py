@@ -185,9 +185,18 @@ def internal_header() -> str:
 
 
 def runtime_sources() -> list[str]:
-    """The hand-written C of every library, each with the internal header prepended."""
+    """The hand-written C of every library, each with the internal header prepended
+    (and runtime.c with the timing loop it shares with the auto-scheduler's timer)."""
     header = internal_header()
-    return [f"{_FEATURES}{header}\n{_c_file(name)}" for name in _RUNTIME_FILES]
+    return [
+        f"{_FEATURES}{header}\n{timing_header() if name == 'runtime.c' else ''}{_c_file(name)}"
+        for name in _RUNTIME_FILES
+    ]
+
+
+def timing_header() -> str:
+    """`c/timing.h`: the benchmark loop, for sources that prepend it."""
+    return _c_file("timing.h") + "\n"
 
 
 def _c_file(name: str) -> str:

@@ -2,14 +2,13 @@
  *
  * Hand-written once for every model; what differs per model (the tensors, the arena
  * size and the kernel calls) comes from the generated entry point through
- * `ember_model` and `ember_model_run` (ember_internal.h, prepended by Ember). */
+ * `ember_model` and `ember_model_run` (ember_internal.h, prepended by Ember). The timing
+ * loop is shared with the auto-scheduler's candidate timer (timing.h, prepended too). */
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 typedef struct ember_instance {
   const void** params;  /* borrowed from the caller, or pointing into owned_params */
@@ -129,45 +128,19 @@ EMBER_EXPORT int32_t ember_run(ember_instance* instance, const void* const* inpu
 
 /* -- benchmark ----------------------------------------------------------------------- */
 
-double ember_now_seconds(void) {
-  struct timespec time;
-  clock_gettime(CLOCK_MONOTONIC, &time);
-  return (double)time.tv_sec + 1e-9 * (double)time.tv_nsec;
-}
+/* The loop itself is ember_time_repeats (timing.h, prepended by Ember). */
 
-/* Larger than the last-level cache (as the OS reports it; in a VM that may be the
- * whole socket's), so writing it evicts the model's data. */
-static size_t flush_bytes(void) {
-  size_t bytes = 64u << 20;
-#ifdef _SC_LEVEL3_CACHE_SIZE
-  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (llc > 0 && (size_t)llc + (size_t)llc / 2 > bytes) bytes = (size_t)llc + (size_t)llc / 2;
-#endif
-  return bytes > (512u << 20) ? (512u << 20) : bytes;
-}
+double ember_now_seconds(void) { return ember_timing_now(); }
 
-static void evict_caches(volatile unsigned char* buffer, size_t nbytes) {
-  for (size_t i = 0; i < nbytes; i += 64) buffer[i] = (unsigned char)(buffer[i] + 1);
-}
+typedef struct {
+  ember_instance* instance;
+  const void* const* inputs;
+  void* const* outputs;
+} benchmark_run;
 
-/* Runs the model `number` times; the seconds it took, or a negative value on error. */
-static double time_runs(ember_instance* instance, const void* const* inputs,
-                        void* const* outputs, int64_t number) {
-  double start = ember_now_seconds();
-  for (int64_t i = 0; i < number; ++i) {
-    if (ember_run(instance, inputs, outputs) != 0) return -1.0;
-  }
-  return ember_now_seconds() - start;
-}
-
-/* The next `number` for a repeat that took `elapsed` seconds, too short: enough runs to
- * reach min_repeat_ms at the speed seen, and at least 1.618 times as many as before. */
-static int64_t grown_number(int64_t number, double elapsed, double min_repeat_ms) {
-  double per_run = elapsed / (double)number;
-  double wanted = per_run > 0 ? min_repeat_ms * 1e-3 / per_run + 1 : (double)number * 2;
-  double grown = (double)number * 1.618;
-  double next = wanted > grown ? wanted : grown;
-  return next > 1e9 ? 1000000000 : (int64_t)next + 1;
+static int32_t run_once(void* context) {
+  benchmark_run* run = context;
+  return ember_run(run->instance, run->inputs, run->outputs);
 }
 
 EMBER_EXPORT int32_t ember_benchmark(ember_instance* instance, const void* const* inputs,
@@ -179,33 +152,14 @@ EMBER_EXPORT int32_t ember_benchmark(ember_instance* instance, const void* const
                     "array of repeat entries (got number=%d, repeat=%d)", number, repeat);
     return -1;
   }
-  if (ember_run(instance, inputs, outputs) != 0) return -1; /* warm up, and check the args */
-  unsigned char* buffer = NULL;
-  size_t buffer_bytes = flush_bytes();
-  if (flush_cache && (buffer = malloc(buffer_bytes)) == NULL) {
+  benchmark_run run = {instance, inputs, outputs};
+  int32_t status = ember_time_repeats(run_once, &run, number, repeat, min_repeat_ms,
+                                      flush_cache, 0.0, seconds_per_run);
+  if (status == EMBER_TIMING_NO_MEMORY) {
     ember_set_error("ember_benchmark: out of memory for the %zu-byte cache flush buffer",
-                    buffer_bytes);
-    return -1;
+                    ember_timing_flush_bytes());
   }
-  int64_t runs = number;
-  int32_t status = 0;
-  for (int32_t r = 0; r < repeat && status == 0; ++r) {
-    for (;;) {
-      if (buffer != NULL) evict_caches(buffer, buffer_bytes);
-      double elapsed = time_runs(instance, inputs, outputs, runs);
-      if (elapsed < 0) {
-        status = -1;
-        break;
-      }
-      if (elapsed * 1e3 >= min_repeat_ms || runs >= 1000000000) {
-        seconds_per_run[r] = elapsed / (double)runs;
-        break;
-      }
-      runs = grown_number(runs, elapsed, min_repeat_ms);
-    }
-  }
-  free(buffer);
-  return status;
+  return status == 0 ? 0 : -1; /* ember_run set the error message */
 }
 
 /* -- profile ------------------------------------------------------------------------- */

@@ -1,0 +1,16 @@
+"""The build helper process: `python -m ember.autoschedule.build_worker` (started by
+`LocalBuilder`, never imported by the tuner). It lowers and compiles the candidates it
+is sent, one at a time, with `ember.autoschedule.builder.build_candidate`."""
+
+from __future__ import annotations
+
+from ember.autoschedule.builder import build_candidate
+from ember.autoschedule.worker import serve
+
+
+def main() -> None:
+    serve(build_candidate)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""What a measurement passes around: candidates in, build results, timings out.
+
+    builder, runner = LocalBuilder(), LocalRunner()
+    inputs = [MeasureInput(task, state) for state in candidates]
+    built = builder.build(inputs)                 # never raises for a bad candidate:
+    results = runner.run(inputs, built)           #   errors are results (ErrorKind)
+    records = [to_record(i, r) for i, r in zip(inputs, results)]
+    release(built)                                # the compiled candidates' files
+
+A builder turns each candidate State into a shared library exporting the packed entry
+of its kernel (`ember.codegen.c.entry_symbols`); a runner times that entry on the
+device. Both are behind small protocols so a remote runner (an RPC device farm) plugs
+into the same tuning loop. The implementations live in `ember.autoschedule.builder`
+and `ember.autoschedule.runner`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ember.autoschedule.records import ErrorKind, MeasureRecord, RecordResult, RecordTask
+from ember.autoschedule.task import SearchTask
+from ember.schedule.state import State
+from ember.schedule.steps import Step
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureInput:
+    """One candidate: a State of `task`'s DAG."""
+
+    task: SearchTask
+    state: State
+
+
+@dataclass(frozen=True, slots=True)
+class ArgSpec:
+    """One buffer argument of a compiled candidate, in call order."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    is_output: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BuildResult:
+    """A compiled candidate (`path` to its shared library, the packed entry `symbol`,
+    its arguments) or why there is none (`error`, `message`). `time_cost`: seconds the
+    build took."""
+
+    path: str | None
+    symbol: str
+    args: tuple[ArgSpec, ...]
+    error: ErrorKind = ErrorKind.NONE
+    message: str = ""
+    time_cost: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is ErrorKind.NONE and self.path is not None
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureResult:
+    """Seconds per run of a candidate (one per repeat), or why there are none.
+    `all_cost`: seconds spent building and running it."""
+
+    costs: tuple[float, ...]
+    error: ErrorKind = ErrorKind.NONE
+    message: str = ""
+    all_cost: float = 0.0
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is ErrorKind.NONE and bool(self.costs)
+
+    @property
+    def mean_cost(self) -> float:
+        """Mean seconds per run; infinity for an error."""
+        return sum(self.costs) / len(self.costs) if self.ok else float("inf")
+
+
+class Builder(Protocol):
+    """Compiles candidates; a bad candidate becomes an error result, never an exception."""
+
+    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]: ...
+
+
+class Runner(Protocol):
+    """Times compiled candidates on the device, and checks a candidate's output."""
+
+    def run(
+        self, inputs: Sequence[MeasureInput], build_results: Sequence[BuildResult]
+    ) -> list[MeasureResult]: ...
+
+    def check(self, measure_input: MeasureInput, build_result: BuildResult) -> MeasureResult:
+        """Run the candidate once on the task's reference inputs and compare its
+        outputs with the reference evaluation of the DAG: a result with error NONE
+        when they agree, WRONG_ANSWER (or RUNTIME / TIMEOUT) otherwise."""
+        ...
+
+
+def record_task(task: SearchTask) -> RecordTask:
+    """The record's identity of `task`."""
+    hardware = tuple(sorted(task.hardware_params.to_json().items()))
+    return RecordTask(task.workload_key, str(task.target), hardware, task.flop_count)
+
+
+def to_record(measure_input: MeasureInput, result: MeasureResult) -> MeasureRecord:
+    """The tuning record of one measurement."""
+    steps: tuple[Step, ...] = tuple(measure_input.state.steps)  # type: ignore[arg-type]
+    return MeasureRecord(
+        record_task(measure_input.task),
+        steps,
+        RecordResult(result.costs, result.error, result.message, result.timestamp),
+    )
+
+
+def release(build_results: Sequence[BuildResult]) -> None:
+    """Delete the compiled candidates' files (after they ran and were checked)."""
+    for result in build_results:
+        if result.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(result.path)

@@ -1,0 +1,182 @@
+"""Evolutionary search: which candidates of one task to measure next.
+
+    search = EvolutionarySearch(task, RandomModel(seed=0))
+    batch = search.next_batch(16)          # States never measured before
+    ... measure them ...
+    search.record_measured(states, costs)  # feeds the next generations
+
+Each round starts from a fresh random population (sketches of the task, randomly
+annotated) plus the fastest states measured so far, then evolves it for a few
+generations: parents are drawn with probability proportional to the cost model's
+score, children are one mutation away (tile sizes, parallel granularity, unroll,
+compute location). The round's batch is the best-scored states nobody has measured,
+except an epsilon share drawn at random from the fresh population, so that a wrong
+model cannot starve parts of the space. States are identified by their step list (what
+a record stores), so a state loaded from a log is never measured again.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ember.autoschedule.annotate import sample_initial_population
+from ember.autoschedule.cost_model import CostModel
+from ember.autoschedule.mutate import mutate
+from ember.autoschedule.records import state_key
+from ember.autoschedule.sketch import Sketch, generate_sketches
+from ember.autoschedule.task import SearchTask
+from ember.errors import EmberError
+from ember.schedule.state import State
+
+
+class SearchError(EmberError):
+    """The search space of a task is empty (no sketch yields a legal state)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchParams:
+    """Knobs of the evolutionary search (Ansor's defaults scaled to Python speed)."""
+
+    population: int = 128  # random states sampled at the start of each round
+    generations: int = 3  # rounds of mutation and selection before picking a batch
+    mutation_probability: float = 0.85  # else the parent survives unchanged
+    elite_measured: int = 16  # fastest measured states that join each population
+    eps_greedy: float = 0.05  # share of each batch drawn at random, not by score
+
+
+class EvolutionarySearch:
+    """The search policy of one task (see the module docstring)."""
+
+    def __init__(
+        self,
+        task: SearchTask,
+        cost_model: CostModel,
+        params: SearchParams | None = None,
+        seed: int | None = None,
+        initial_states: Sequence[State] = (),
+    ) -> None:
+        self.task = task
+        self.cost_model = cost_model
+        self.params = params or SearchParams()
+        self.rng = random.Random(seed)
+        self.sketches: list[Sketch] = generate_sketches(task)
+        if not self.sketches:
+            raise SearchError(f"no sketch for task {task.desc or task.workload_key}")
+        self.measured: set[str] = set()
+        # (cost, tie-breaker, state) of valid measurements, fastest first when sorted.
+        self._measured_costs: list[tuple[float, int, State]] = []
+        # Seeds (the default schedule, a loaded best) join the first population.
+        self._seeds = list(initial_states)
+
+    # -- what was measured ---------------------------------------------------------------
+
+    def record_measured(self, states: Iterable[State], costs: Iterable[float]) -> None:
+        """Mark states as measured, with their mean cost (inf for an error)."""
+        for state, cost in zip(states, costs, strict=True):
+            self.measured.add(state_key(state))
+            if math.isfinite(cost):
+                self._measured_costs.append((cost, len(self._measured_costs), state))
+
+    def mark_measured(self, keys: Iterable[str]) -> None:
+        """Mark states as measured by key only (records whose steps no longer replay)."""
+        self.measured.update(keys)
+
+    def best_measured(self, count: int) -> list[State]:
+        return [state for _, _, state in heapq.nsmallest(count, self._measured_costs)]
+
+    # -- one round -----------------------------------------------------------------------
+
+    def next_batch(self, count: int) -> list[State]:
+        """Up to `count` states never measured: the best-scored of an evolved population
+        plus an epsilon-greedy share of random ones (fewer only when the space is
+        exhausted)."""
+        fresh = sample_initial_population(
+            self.task, self.sketches, self.params.population, self.rng
+        )
+        population = self._unique(
+            [*self._seeds, *self.best_measured(self.params.elite_measured), *fresh]
+        )
+        self._seeds = []
+        best = self._evolve(population, count)
+        num_random = min(count, max(0, round(count * self.params.eps_greedy)))
+        batch = self._take(best, count - num_random, set())
+        chosen = {state_key(s) for s in batch}
+        randoms = [s for s in fresh if state_key(s) not in chosen]
+        self.rng.shuffle(randoms)
+        batch += self._take(randoms, count - len(batch), chosen)
+        if len(batch) < count:  # too few random leftovers: fill from the scored ones
+            batch += self._take(best, count - len(batch), chosen)
+        return batch
+
+    def _evolve(self, population: list[State], count: int) -> list[State]:
+        """States of every generation, best predicted first, unmeasured only."""
+        # Keep the best of all generations (a child may be worse than its parent).
+        pool: dict[str, tuple[float, State]] = {}
+        for generation in range(self.params.generations + 1):
+            if not population:
+                break
+            scores = self.cost_model.predict(self.task, population)
+            for state, score in zip(population, scores, strict=True):
+                key = state_key(state)
+                if key not in self.measured:
+                    pool[key] = (float(score), state)
+            if generation == self.params.generations:
+                break
+            population = self._next_generation(population, scores)
+        ranked = sorted(pool.values(), key=lambda item: -item[0])
+        return [state for _, state in ranked[: max(count * 4, count + 8)]]
+
+    def _next_generation(self, population: list[State], scores: np.ndarray) -> list[State]:
+        weights = _selection_weights(scores)
+        children: list[State] = []
+        attempts = 0
+        while len(children) < len(population) and attempts < 4 * len(population):
+            attempts += 1
+            parent = population[self._draw(weights)]
+            if self.rng.random() < self.params.mutation_probability:
+                child = mutate(self.task, parent, self.rng)
+                children.append(child if child is not None else parent)
+            else:
+                children.append(parent)
+        return self._unique(children)
+
+    def _draw(self, weights: np.ndarray) -> int:
+        index = np.searchsorted(np.cumsum(weights), self.rng.random() * weights.sum())
+        return min(int(index), len(weights) - 1)
+
+    def _take(self, states: Sequence[State], count: int, chosen: set[str]) -> list[State]:
+        taken: list[State] = []
+        for state in states:
+            if len(taken) >= count:
+                break
+            key = state_key(state)
+            if key not in self.measured and key not in chosen:
+                chosen.add(key)
+                taken.append(state)
+        return taken
+
+    @staticmethod
+    def _unique(states: Iterable[State]) -> list[State]:
+        seen: dict[str, State] = {}
+        for state in states:
+            seen.setdefault(state_key(state), state)
+        return list(seen.values())
+
+
+def _selection_weights(scores: np.ndarray) -> np.ndarray:
+    """Selection probability ~ score, shifted to be positive (scores may be negative
+    or all equal); every state keeps a small chance."""
+    scores = np.asarray(scores, dtype=np.float64)
+    scores = np.where(np.isfinite(scores), scores, np.nan)
+    if np.all(np.isnan(scores)):
+        return np.ones(len(scores))
+    low, high = np.nanmin(scores), np.nanmax(scores)
+    span = high - low if high > low else 1.0
+    normalised = np.nan_to_num((scores - low) / span, nan=0.0)
+    return normalised + 0.05

@@ -1,0 +1,328 @@
+"""Tuning one task: search, build, run, check, log; round after round.
+
+    log = "conv.json"
+    options = TuningOptions(num_measure_trials=200, measure_callbacks=[RecordToFile(log)])
+    result = task.tune(options)                    # ember.autoschedule.tune_task
+    state = task.apply_best(log)                   # the fastest valid State in the log
+
+A round asks the search for `num_measures_per_round` unmeasured states, compiles them
+(`Builder`), times them on the device (`Runner`), checks each candidate that would
+become the task's best against the reference evaluation of its DAG (a wrong one is
+logged as WRONG_ANSWER and never used), hands the round's records to the callbacks
+(`RecordToFile` makes them durable before the next round starts, so a killed run
+loses at most the round in flight), and teaches the cost model. `TaskTuner` holds one
+task's history so that the multi-task scheduler can drive many tasks round by round.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from ember.autoschedule.cost_model import CostModel, RandomModel
+from ember.autoschedule.measure import (
+    Builder,
+    BuildResult,
+    MeasureInput,
+    MeasureResult,
+    Runner,
+    release,
+    to_record,
+)
+from ember.autoschedule.records import (
+    ErrorKind,
+    MeasureRecord,
+    load_best,
+    load_records,
+    steps_key,
+)
+from ember.autoschedule.search import EvolutionarySearch, SearchParams
+from ember.autoschedule.task import SearchTask
+from ember.errors import EmberError
+from ember.schedule.default import default_schedule
+from ember.schedule.state import ScheduleError, State
+from ember.schedule.steps import replay
+
+MeasureCallback = Callable[[Sequence[MeasureRecord]], None]
+
+
+class TuningError(EmberError):
+    """Bad tuning options, or a log without a usable record for the task."""
+
+
+@dataclass(frozen=True)
+class TuningOptions:
+    """How long and how to tune. `early_stopping`: stop a task after this many trials
+    without a new best (None: never). `builder` / `runner`: a LocalBuilder and
+    LocalRunner with default settings when None (created and closed by the call)."""
+
+    num_measure_trials: int = 64
+    num_measures_per_round: int = 16
+    early_stopping: int | None = None
+    builder: Builder | None = None
+    runner: Runner | None = None
+    measure_callbacks: Sequence[MeasureCallback] = ()
+    verbose: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("num_measure_trials", "num_measures_per_round"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise TuningError(f"TuningOptions.{name} must be a positive integer, not {value!r}")
+        if self.early_stopping is not None and self.early_stopping < 1:
+            raise TuningError(
+                "TuningOptions.early_stopping must be None or positive, "
+                f"not {self.early_stopping!r}"
+            )
+
+
+@dataclass
+class TuningStats:
+    """Where a task's tuning time went, in seconds, and what the trials gave."""
+
+    search: float = 0.0
+    build: float = 0.0
+    run: float = 0.0
+    check: float = 0.0
+    trials: int = 0
+    errors: Counter[ErrorKind] = field(default_factory=Counter)
+
+    @property
+    def total(self) -> float:
+        return self.search + self.build + self.run + self.check
+
+
+@dataclass(frozen=True, slots=True)
+class TuneResult:
+    """The best state found (None when no candidate was valid) and its mean cost."""
+
+    task: SearchTask
+    best_state: State | None
+    best_cost: float
+    stats: TuningStats
+
+    @property
+    def best_gflops(self) -> float:
+        return self.task.flop_count / self.best_cost / 1e9 if self.best_state else 0.0
+
+
+class TaskTuner:
+    """One task's search and measured history, advanced one round at a time."""
+
+    def __init__(
+        self,
+        task: SearchTask,
+        cost_model: CostModel | None = None,
+        search_params: SearchParams | None = None,
+        seed: int | None = None,
+        include_default_schedule: bool = True,
+    ) -> None:
+        self.task = task
+        self.cost_model: CostModel = cost_model or RandomModel(seed)
+        # The default schedule joins the first population: tuning starts from the
+        # untuned speed and mutates it, as well as searching from scratch.
+        seeds = (
+            [default_schedule(task.compute_dag, task.target)] if include_default_schedule else []
+        )
+        self.search = EvolutionarySearch(task, self.cost_model, search_params, seed, seeds)
+        self.best_state: State | None = None
+        self.best_cost = math.inf
+        self.trials = 0
+        self.trials_since_improvement = 0
+        self.stats = TuningStats()
+
+    def load(self, records: Iterable[MeasureRecord]) -> int:
+        """Take the task's records from an earlier run: those states are not measured
+        again, the best valid one is the best so far, the model learns from them.
+        Returns how many records matched the task."""
+        inputs: list[MeasureInput] = []
+        results: list[MeasureResult] = []
+        for record in records:
+            if record.task.workload_key != self.task.workload_key or record.task.target != str(
+                self.task.target
+            ):
+                continue
+            try:
+                state = replay(self.task.compute_dag, record.steps)
+            except ScheduleError:
+                self.search.mark_measured([steps_key(record.steps)])
+                continue
+            result = MeasureResult(record.result.costs, record.result.error, record.result.message)
+            self.search.record_measured([state], [result.mean_cost])
+            inputs.append(MeasureInput(self.task, state))
+            results.append(result)
+            if result.ok and result.mean_cost < self.best_cost:
+                self.best_state, self.best_cost = state, result.mean_cost
+        if inputs:
+            self.cost_model.update(inputs, results)
+        return len(inputs)
+
+    def round(
+        self, count: int, builder: Builder, runner: Runner, callbacks: Sequence[MeasureCallback]
+    ) -> list[MeasureRecord]:
+        """Measure up to `count` new states; returns their records (empty when the
+        search space is exhausted)."""
+        started = time.perf_counter()
+        states = self.search.next_batch(count)
+        self.stats.search += time.perf_counter() - started
+        if not states:
+            return []
+        inputs = [MeasureInput(self.task, state) for state in states]
+        started = time.perf_counter()
+        built = builder.build(inputs)
+        self.stats.build += time.perf_counter() - started
+        try:
+            started = time.perf_counter()
+            results = runner.run(inputs, built)
+            self.stats.run += time.perf_counter() - started
+            started = time.perf_counter()
+            results = self._check_new_best(inputs, built, results, runner)
+            self.stats.check += time.perf_counter() - started
+        finally:
+            release(built)
+        self._account(states, results)
+        records = [to_record(i, r) for i, r in zip(inputs, results, strict=True)]
+        for callback in callbacks:
+            callback(records)
+        started = time.perf_counter()
+        self.cost_model.update(inputs, results)
+        self.stats.search += time.perf_counter() - started
+        return records
+
+    def _check_new_best(
+        self,
+        inputs: Sequence[MeasureInput],
+        built: Sequence[BuildResult],
+        results: list[MeasureResult],
+        runner: Runner,
+    ) -> list[MeasureResult]:
+        """Check candidates faster than the best, fastest first, until one is right:
+        it becomes the best; wrong ones turn into WRONG_ANSWER results."""
+        results = list(results)
+        faster = sorted(
+            (i for i, r in enumerate(results) if r.ok and r.mean_cost < self.best_cost),
+            key=lambda i: results[i].mean_cost,
+        )
+        for index in faster:
+            verdict = runner.check(inputs[index], built[index])
+            if verdict.error is ErrorKind.NONE:
+                break
+            results[index] = replace(
+                results[index], costs=(), error=verdict.error, message=verdict.message
+            )
+        return results
+
+    def _account(self, states: Sequence[State], results: Sequence[MeasureResult]) -> None:
+        self.search.record_measured(states, [r.mean_cost for r in results])
+        for state, result in zip(states, results, strict=True):
+            self.trials += 1
+            self.stats.trials += 1
+            if not result.ok:
+                self.stats.errors[result.error] += 1
+            if result.ok and result.mean_cost < self.best_cost:
+                self.best_state, self.best_cost = state, result.mean_cost
+                self.trials_since_improvement = 0
+            else:
+                self.trials_since_improvement += 1
+
+    def result(self) -> TuneResult:
+        return TuneResult(self.task, self.best_state, self.best_cost, self.stats)
+
+
+def tune_task(
+    task: SearchTask,
+    options: TuningOptions | None = None,
+    cost_model: CostModel | None = None,
+    search_params: SearchParams | None = None,
+    load_log_file: str | os.PathLike[str] | None = None,
+    seed: int | None = None,
+    include_default_schedule: bool = True,
+) -> TuneResult:
+    """Tune `task` for `options.num_measure_trials` new trials (see the module
+    docstring). `load_log_file`: records of an earlier run (e.g. the same log, after
+    a killed run); its states are not measured again. `include_default_schedule`:
+    the default schedule joins the first population (off: search from sketches
+    only, to judge the search space)."""
+    options = options or TuningOptions()
+    tuner = TaskTuner(task, cost_model, search_params, seed, include_default_schedule)
+    if load_log_file is not None:
+        tuner.load(load_records(load_log_file))
+    builder, runner, owned = _measurers(options)
+    try:
+        while tuner.stats.trials < options.num_measure_trials:
+            left = options.num_measure_trials - tuner.stats.trials
+            count = min(options.num_measures_per_round, left)
+            if not tuner.round(count, builder, runner, options.measure_callbacks):
+                break  # the search space is exhausted
+            if options.verbose:
+                _print_progress(tuner, options)
+            if options.early_stopping and tuner.trials_since_improvement >= options.early_stopping:
+                break
+    finally:
+        for measurer in owned:
+            measurer.close()
+    return tuner.result()
+
+
+def _measurers(options: TuningOptions) -> tuple[Builder, Runner, list[_Closable]]:
+    from ember.autoschedule.builder import LocalBuilder
+    from ember.autoschedule.runner import LocalRunner
+
+    owned: list[_Closable] = []
+    builder = options.builder
+    if builder is None:
+        local_builder = LocalBuilder()
+        owned.append(local_builder)
+        builder = local_builder
+    runner = options.runner
+    if runner is None:
+        local_runner = LocalRunner()
+        owned.append(local_runner)
+        runner = local_runner
+    return builder, runner, owned
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+def _print_progress(tuner: TaskTuner, options: TuningOptions) -> None:
+    task, stats = tuner.task, tuner.stats
+    name = task.desc or task.workload_key[:40]
+    if tuner.best_state is None:
+        best = "no valid candidate yet"
+    else:
+        gflops = task.flop_count / tuner.best_cost / 1e9
+        best = f"best {tuner.best_cost * 1e3:.4f} ms ({gflops:.1f} GFLOPS)"
+    errors = sum(stats.errors.values())
+    print(
+        f"[{name}] trials {stats.trials}/{options.num_measure_trials} | {best} | "
+        f"errors {errors} | time: search {stats.search:.1f} s, build {stats.build:.1f} s, "
+        f"run {stats.run + stats.check:.1f} s",
+        file=sys.stdout,
+        flush=True,
+    )
+
+
+def apply_best(task: SearchTask, log: str | os.PathLike[str] | Iterable[MeasureRecord]) -> State:
+    """The fastest valid State for `task` in `log` (a records file or records)."""
+    record = load_best(log, task.workload_key, task.target)
+    if record is None:
+        where = log if isinstance(log, str | os.PathLike) else "the given records"
+        raise TuningError(
+            f"{where} has no valid record for task {task.desc or task.workload_key} on "
+            f"target {task.target}; tune it first (task.tune(...) or ember tune)"
+        )
+    try:
+        return replay(task.compute_dag, record.steps)
+    except ScheduleError as error:
+        raise TuningError(
+            f"the best record for task {task.desc or task.workload_key} does not apply to "
+            f"its DAG ({error}); was the log written by another Ember version?"
+        ) from None

@@ -1,0 +1,98 @@
+/* The timing loop shared by a library's `ember_benchmark` (runtime.c) and the
+ * auto-scheduler's candidate timer (ember/autoschedule/c/measure.c), so a model and
+ * its tuned kernels are timed the same way.
+ *
+ * Like ember_internal.h, Ember prepends this text to the sources that use it (after
+ * the POSIX feature macros), so the build cache keys on its content. Everything here
+ * is static: each library gets its own private copy. */
+
+#ifndef EMBER_TIMING_H
+#define EMBER_TIMING_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+/* What ember_time_repeats returns besides 0 (ok) and a failed run's own status. */
+#define EMBER_TIMING_NO_MEMORY (-1000)
+
+/* One call of what is timed (a model run, a kernel's packed entry); 0 = ok. */
+typedef int32_t (*ember_timed_fn)(void* context);
+
+/* A monotonic clock in seconds. */
+static inline double ember_timing_now(void) {
+  struct timespec time;
+  clock_gettime(CLOCK_MONOTONIC, &time);
+  return (double)time.tv_sec + 1e-9 * (double)time.tv_nsec;
+}
+
+/* Larger than the last-level cache (as the OS reports it; in a VM that may be the
+ * whole socket's), so writing it evicts the timed code's data. */
+static inline size_t ember_timing_flush_bytes(void) {
+  size_t bytes = 64u << 20;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (llc > 0 && (size_t)llc + (size_t)llc / 2 > bytes) bytes = (size_t)llc + (size_t)llc / 2;
+#endif
+  return bytes > (512u << 20) ? (512u << 20) : bytes;
+}
+
+static inline void ember_timing_evict(volatile unsigned char* buffer, size_t nbytes) {
+  for (size_t i = 0; i < nbytes; i += 64) buffer[i] = (unsigned char)(buffer[i] + 1);
+}
+
+/* The next `number` for a repeat that took `elapsed` seconds, too short: enough runs to
+ * reach min_repeat_ms at the speed seen, and at least 1.618 times as many as before. */
+static inline int64_t ember_timing_grown(int64_t number, double elapsed, double min_repeat_ms) {
+  double per_run = elapsed / (double)number;
+  double wanted = per_run > 0 ? min_repeat_ms * 1e-3 / per_run + 1 : (double)number * 2;
+  double grown = (double)number * 1.618;
+  double next = wanted > grown ? wanted : grown;
+  return next > 1e9 ? 1000000000 : (int64_t)next + 1;
+}
+
+static inline void ember_timing_sleep(double milliseconds) {
+  if (milliseconds <= 0) return;
+  struct timespec pause;
+  pause.tv_sec = (time_t)(milliseconds / 1e3);
+  pause.tv_nsec = (long)((milliseconds - 1e3 * (double)pause.tv_sec) * 1e6);
+  nanosleep(&pause, NULL);
+}
+
+/* Runs `run` once (warm-up, and a check that it works), then `repeat` times: each
+ * repeat calls it `number` times, growing `number` until one repeat lasts at least
+ * min_repeat_ms, and writes the seconds per call to seconds_per_run[r]. With
+ * flush_cache, the last-level cache is evicted before each timed batch; cooldown_ms
+ * is slept between repeats. Returns 0, the first non-zero status of `run`, or
+ * EMBER_TIMING_NO_MEMORY. The caller checks number >= 1 and repeat >= 1. */
+static inline int32_t ember_time_repeats(ember_timed_fn run, void* context, int32_t number,
+                                         int32_t repeat, double min_repeat_ms,
+                                         int32_t flush_cache, double cooldown_ms,
+                                         double* seconds_per_run) {
+  int32_t status = run(context);
+  if (status != 0) return status;
+  unsigned char* buffer = NULL;
+  size_t buffer_bytes = ember_timing_flush_bytes();
+  if (flush_cache && (buffer = malloc(buffer_bytes)) == NULL) return EMBER_TIMING_NO_MEMORY;
+  int64_t runs = number;
+  for (int32_t r = 0; r < repeat && status == 0; ++r) {
+    if (r > 0) ember_timing_sleep(cooldown_ms);
+    for (;;) {
+      if (buffer != NULL) ember_timing_evict(buffer, buffer_bytes);
+      double start = ember_timing_now();
+      for (int64_t i = 0; i < runs && status == 0; ++i) status = run(context);
+      double elapsed = ember_timing_now() - start;
+      if (status != 0) break;
+      if (elapsed * 1e3 >= min_repeat_ms || runs >= 1000000000) {
+        seconds_per_run[r] = elapsed / (double)runs;
+        break;
+      }
+      runs = ember_timing_grown(runs, elapsed, min_repeat_ms);
+    }
+  }
+  free(buffer);
+  return status;
+}
+
+#endif

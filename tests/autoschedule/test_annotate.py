@@ -1,0 +1,75 @@
+"""Random annotation: sampled states are distinct, legal, replay from their records,
+compile to what the DAG computes, and lean toward the default schedule's structure."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+from sketch_cases import DAGS, check_compiled, task_of
+
+from ember.autoschedule.annotate import sample_initial_population
+from ember.autoschedule.records import state_key
+from ember.autoschedule.sketch import generate_sketches
+from ember.schedule import Annotation, Location, replay, step_from_json
+
+SAMPLES = 10
+
+
+@pytest.mark.parametrize("name", sorted(DAGS))
+def test_sampled_states_compile_to_the_dags_value(name: str) -> None:
+    task = task_of(name)
+    sketches = generate_sketches(task)
+    states = sample_initial_population(task, sketches, SAMPLES, random.Random(name))
+    assert len(states) == SAMPLES
+    assert len({state_key(s) for s in states}) == SAMPLES
+    for state in states:
+        record = json.dumps([step.to_json() for step in state.steps])  # type: ignore[attr-defined]
+        again = replay(task.compute_dag, [step_from_json(s) for s in json.loads(record)])
+        assert str(again) == str(state) and again.steps == state.steps
+        check_compiled(state)
+
+
+def test_every_sketch_gets_samples() -> None:
+    task = task_of("conv2d_strided")
+    sketches = generate_sketches(task)
+    states = sample_initial_population(task, sketches, 64, random.Random(1))
+    cached = [any(s.scope == "local" for s in state.stages) for state in states]
+    padded = [state.stage("pad_temp").location is Location.ROOT for state in states]
+    assert any(cached) and not all(cached)
+    assert any(padded) and not all(padded)
+
+
+def test_conv_samples_lean_toward_full_register_tiles() -> None:
+    """Most samples of the first sketch vectorize 16 lanes and unroll a tile of
+    several accumulators; the parallel loop is at the output's root."""
+    task = task_of("conv2d_3x3")
+    sketch = generate_sketches(task)[0]
+    states = sample_initial_population(task, [sketch], 64, random.Random(2))
+    vectorized = unrolled = 0
+    for state in states:
+        local = state.stage("conv2d_nhwc.local")
+        lanes = [it for it in local.iters if it.annotation is Annotation.VECTORIZE]
+        vectorized += bool(lanes) and lanes[0].name == "f.2"
+        unrolled += any(it.annotation is Annotation.UNROLL for it in local.iters)
+        relu = state.stage("relu")
+        assert relu.iters[0].annotation is Annotation.PARALLEL
+    assert vectorized >= 40 and unrolled >= 40
+
+
+def test_a_tiny_space_returns_what_exists() -> None:
+    task = task_of("max_pool")
+    states = sample_initial_population(task, generate_sketches(task), 500, random.Random(3))
+    assert 0 < len(states) < 500
+    assert len({state_key(s) for s in states}) == len(states)
+
+
+def test_sampling_is_fast() -> None:
+    task = task_of("conv2d_3x3")
+    sketches = generate_sketches(task)
+    start = time.perf_counter()
+    states = sample_initial_population(task, sketches, 128, random.Random(4))
+    assert len(states) == 128
+    assert time.perf_counter() - start < 5.0

@@ -1,0 +1,124 @@
+"""LocalBuilder: default-schedule candidates build; unlowerable, uncompilable and slow
+candidates become INSTANTIATION, COMPILE and TIMEOUT results; helpers are reaped."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import ember
+from ember.autoschedule import SearchTask, extract_tasks
+from ember.autoschedule.builder import LocalBuilder
+from ember.autoschedule.measure import MeasureInput, release
+from ember.autoschedule.records import ErrorKind
+from ember.errors import EmberError
+from ember.schedule.default import default_schedule
+from ember.schedule.state import Location, State
+
+
+@pytest.fixture(scope="module")
+def tasks() -> dict[str, SearchTask]:
+    """A resnet-18 (32x32) conv, its max pool and its softmax, by description."""
+    graph, params = ember.testing.get_workload("resnet-18", image_shape=(3, 32, 32))
+    found, _ = extract_tasks(graph, params, "llvm")
+    by_desc = {task.desc: task for task in found}
+    return {"conv": by_desc["conv_add"], "pool": by_desc["max_pool"], "softmax": by_desc["softmax"]}
+
+
+def default_input(task: SearchTask) -> MeasureInput:
+    return MeasureInput(task, default_schedule(task.compute_dag, task.target))
+
+
+def unlowerable_input(task: SearchTask) -> MeasureInput:
+    """softmax's max stage attached inside its normalisation, which another stage
+    between them also reads: lowering refuses it (a ScheduleError)."""
+    state = State.initial(task.compute_dag)
+    stage = replace(state.stages[1], location=Location.ATTACHED, attach_stage=4, attach_iter="i0")
+    return MeasureInput(task, state.with_stage(1, stage))
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_default_schedules_build(tasks: dict[str, SearchTask]) -> None:
+    inputs = [default_input(task) for task in tasks.values()]
+    with LocalBuilder(n_parallel=2) as builder:
+        results = builder.build(inputs)
+        for measure_input, result in zip(inputs, results, strict=True):
+            assert result.ok, result.message
+            assert result.path is not None and Path(result.path).is_file()
+            assert Path(result.path).parent == builder.directory
+            assert result.symbol == "candidate_packed"
+            assert result.time_cost > 0
+            dag = measure_input.task.compute_dag
+            assert [a.shape for a in result.args] == [t.shape for t in dag.inputs + dag.outputs]
+            assert [a.is_output for a in result.args] == [False] * len(dag.inputs) + [True]
+        release(results)
+        assert not any(Path(str(r.path)).exists() for r in results)
+        assert list(builder.directory.iterdir()) == []  # the sources went too
+        pids = [worker.process.pid for worker in builder._pool.workers]
+        # The pool persists across calls: a second build uses the same helpers.
+        again = builder.build(inputs[:1])
+        assert again[0].ok and [w.process.pid for w in builder._pool.workers] == pids
+        directory = builder.directory
+    assert all(process_gone(pid) for pid in pids)
+    assert not directory.exists()
+    with pytest.raises(EmberError, match="closed"):
+        builder.build(inputs)
+
+
+def test_bad_candidates_are_results(tasks: dict[str, SearchTask], tmp_path: Path) -> None:
+    inputs = [unlowerable_input(tasks["softmax"]), default_input(tasks["pool"])]
+    with LocalBuilder(n_parallel=1) as builder:
+        bad, good = builder.build(inputs)
+    assert bad.error is ErrorKind.INSTANTIATION and bad.path is None
+    assert "ScheduleError" in bad.message and "compute it at root" in bad.message
+    assert good.ok
+
+
+def test_compiler_failure_is_compile(
+    tasks: dict[str, SearchTask], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiler = tmp_path / "broken-cc"
+    compiler.write_text(
+        '#!/bin/sh\necho "candidate.c:1:1: note: context"\n'
+        'echo "candidate.c:3:7: error: injected failure" >&2\nexit 1\n'
+    )
+    compiler.chmod(compiler.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("CC", str(compiler))  # the helpers inherit it when they start
+    with LocalBuilder(n_parallel=1) as builder:
+        (result,) = builder.build([default_input(tasks["softmax"])])
+    assert result.error is ErrorKind.COMPILE and result.path is None
+    assert "exited with status 1" in result.message
+    assert "error: injected failure" in result.message
+
+
+def test_timeout_kills_and_replaces_helper(tasks: dict[str, SearchTask]) -> None:
+    inputs = [default_input(tasks["conv"]), default_input(tasks["softmax"])]
+    # Nothing lowers and compiles in a millisecond: every candidate times out, and
+    # its helper (killed mid-work) is replaced.
+    with LocalBuilder(n_parallel=1, timeout=0.001) as builder:
+        results = builder.build(inputs)
+        assert [r.error for r in results] == [ErrorKind.TIMEOUT] * 2
+        assert "timeout of 0.001 s" in results[0].message
+        assert all(r.time_cost >= 0.001 for r in results)
+        builder.timeout = 60.0
+        (result,) = builder.build(inputs[1:])
+        assert result.ok, result.message
+        release([result])
+
+
+def test_rejects_bad_settings() -> None:
+    with pytest.raises(EmberError, match="n_parallel"):
+        LocalBuilder(n_parallel=0)
+    with pytest.raises(EmberError, match="timeout"):
+        LocalBuilder(timeout=0)
