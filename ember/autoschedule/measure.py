@@ -105,17 +105,19 @@ class Runner(Protocol):
         ...
 
 
-def record_task(task: SearchTask) -> RecordTask:
-    """The record's identity of `task`."""
+def record_task(task: SearchTask, weight: int | None = None) -> RecordTask:
+    """The record's identity of `task` (and its weight in the network, if known)."""
     hardware = tuple(sorted(task.hardware_params.to_json().items()))
-    return RecordTask(task.workload_key, str(task.target), hardware, task.flop_count)
+    return RecordTask(task.workload_key, str(task.target), hardware, task.flop_count, weight)
 
 
-def to_record(measure_input: MeasureInput, result: MeasureResult) -> MeasureRecord:
+def to_record(
+    measure_input: MeasureInput, result: MeasureResult, weight: int | None = None
+) -> MeasureRecord:
     """The tuning record of one measurement."""
     steps: tuple[Step, ...] = tuple(measure_input.state.steps)  # type: ignore[arg-type]
     return MeasureRecord(
-        record_task(measure_input.task),
+        record_task(measure_input.task, weight),
         steps,
         RecordResult(result.costs, result.error, result.message, result.timestamp),
     )

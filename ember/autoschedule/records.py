@@ -53,6 +53,9 @@ class RecordTask:
     target: str
     hardware: tuple[tuple[str, HardwareValue], ...] = ()
     flops: int | None = None
+    # How often the task runs in the network it was tuned for (the task scheduler's
+    # weight; None when tuned alone): what `ember records report` weighs latency by.
+    weight: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -62,6 +65,8 @@ class RecordTask:
         }
         if self.flops is not None:
             data["flops"] = self.flops
+        if self.weight is not None:
+            data["weight"] = self.weight
         return data
 
     @staticmethod
@@ -73,16 +78,18 @@ class RecordTask:
             workload_key = json.dumps(workload_key)
         target = data.get("target")
         hardware = data.get("hardware", {})
-        flops = data.get("flops")
         if not isinstance(workload_key, str) or not isinstance(target, str):
             raise RecordsError("task needs a string workload_key and target")
         if not isinstance(hardware, dict) or not all(
             isinstance(v, int | float | str) for v in hardware.values()
         ):
             raise RecordsError("task hardware must map names to numbers or strings")
-        if flops is not None and (not isinstance(flops, int) or isinstance(flops, bool)):
-            raise RecordsError(f"task flops must be an integer, not {flops!r}")
-        return RecordTask(workload_key, target, tuple(sorted(hardware.items())), flops)
+        flops, weight = data.get("flops"), data.get("weight")
+        for name, value in (("flops", flops), ("weight", weight)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise RecordsError(f"task {name} must be an integer, not {value!r}")
+        hardware_items = tuple(sorted(hardware.items()))
+        return RecordTask(workload_key, target, hardware_items, flops, weight)
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,8 +122,10 @@ class TaskTuner:
         search_params: SearchParams | None = None,
         seed: int | None = None,
         include_default_schedule: bool = True,
+        weight: int | None = None,
     ) -> None:
         self.task = task
+        self.weight = weight  # written into the records (see RecordTask.weight)
         self.cost_model: CostModel = cost_model or RandomModel(seed)
         # The default schedule joins the first population: tuning starts from the
         # untuned speed and mutates it, as well as searching from scratch.
@@ -187,7 +189,7 @@ class TaskTuner:
         finally:
             release(built)
         self._account(states, results)
-        records = [to_record(i, r) for i, r in zip(inputs, results, strict=True)]
+        records = [to_record(i, r, self.weight) for i, r in zip(inputs, results, strict=True)]
         for callback in callbacks:
             callback(records)
         started = time.perf_counter()
@@ -253,7 +255,7 @@ def tune_task(
     tuner = TaskTuner(task, cost_model, search_params, seed, include_default_schedule)
     if load_log_file is not None:
         tuner.load(load_records(load_log_file))
-    builder, runner, owned = _measurers(options)
+    builder, runner, owned = measurers(options)
     try:
         while tuner.stats.trials < options.num_measure_trials:
             left = options.num_measure_trials - tuner.stats.trials
@@ -270,7 +272,9 @@ def tune_task(
     return tuner.result()
 
 
-def _measurers(options: TuningOptions) -> tuple[Builder, Runner, list[_Closable]]:
+def measurers(options: TuningOptions) -> tuple[Builder, Runner, list[_Closable]]:
+    """The options' builder and runner, local ones made for the call when None (the
+    list of those, to close when done)."""
     from ember.autoschedule.builder import LocalBuilder
     from ember.autoschedule.runner import LocalRunner
 

@@ -1,0 +1,341 @@
+"""Tuning a whole network: one trial budget spread over its tasks.
+
+    tasks, weights = extract_tasks(graph, params, "llvm")
+    scheduler = TaskScheduler(tasks, weights, load_log_file="old.json")
+    result = scheduler.tune(TuningOptions(num_measure_trials=2000,
+                                          measure_callbacks=[RecordToFile("new.json")]))
+
+End-to-end latency is estimated as `sum(best_cost[t] * weight[t])`. Every task first
+gets one round (a best to start from); after that each round goes to the task whose
+next round is expected to shorten that sum most ("gradient" strategy) or to the
+next task in turn ("round-robin"). The expected gain of a task is its weight times its
+expected improvement per trial, a blend of
+- the recent rate: how much its best improved over its last few rounds, per trial;
+- an optimistic forecast: the best improves like 1/trials (best / trials per trial),
+  or, when a similar task (same stages, other shapes) already runs at a higher
+  throughput, the gap to half that throughput, whichever promises more.
+A task stops when `early_stopping` trials found nothing better, or when its search
+space is exhausted. A share of rounds (epsilon) goes to a random live task, so that a
+wrong forecast cannot starve a task.
+
+One cost model is shared by all tasks (what it learns on one conv helps the next).
+After each round the seed's table is printed (ID | Latency | Speed | Trials, the
+estimated total latency, trials, time used, and the next task). Ctrl-C ends the run
+after the round in flight: the result says `interrupted`, and the records file
+(RecordToFile) holds every finished round.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ember.autoschedule.cost_model import CostModel, RandomModel
+from ember.autoschedule.records import load_records
+from ember.autoschedule.search import SearchParams
+from ember.autoschedule.task import SearchTask
+from ember.autoschedule.tuning import (
+    TaskTuner,
+    TuningError,
+    TuningOptions,
+    TuningStats,
+    measurers,
+)
+from ember.te.tensor import ComputeOp
+
+if TYPE_CHECKING:
+    from ember.autoschedule.measure import Builder, Runner
+
+STRATEGIES = ("gradient", "round-robin")
+# Share of the recent rate in the expected improvement (the rest: the forecast).
+RECENT_RATE_SHARE = 0.2
+# Rounds the recent rate looks back over.
+RECENT_ROUNDS = 3
+# A similar task's throughput, divided by this, is what a task is forecast to reach.
+SIMILAR_THROUGHPUT_DIVISOR = 2.0
+# Share of rounds given to a random live task.
+EPS_RANDOM_TASK = 0.05
+# A task without a valid candidate after this many rounds is given up.
+MAX_ROUNDS_WITHOUT_VALID = 3
+
+
+@dataclass(frozen=True)
+class SchedulerResult:
+    """The outcome of `TaskScheduler.tune`: per task its best mean cost (seconds, inf
+    when none was valid) and trials; `history` holds one (total trials, seconds since
+    the start, estimated latency in seconds) per round."""
+
+    tasks: tuple[SearchTask, ...]
+    weights: tuple[int, ...]
+    best_costs: tuple[float, ...]
+    task_trials: tuple[int, ...]
+    elapsed: float
+    interrupted: bool
+    history: tuple[tuple[int, float, float], ...]
+    stats: TuningStats = field(default_factory=TuningStats)
+
+    @property
+    def total_trials(self) -> int:
+        return sum(self.task_trials)
+
+    @property
+    def estimated_latency(self) -> float:
+        """sum(best cost * weight) in seconds; inf while a task has no valid candidate."""
+        return estimated_latency(self.best_costs, self.weights)
+
+
+def estimated_latency(best_costs: Sequence[float], weights: Sequence[int]) -> float:
+    return sum(cost * weight for cost, weight in zip(best_costs, weights, strict=True))
+
+
+class TaskScheduler:
+    """Tunes many tasks under one budget (see the module docstring).
+
+    `cost_model`: "xgb" (the learned model, `ember.autoschedule.xgb_model`), "random",
+    or a CostModel. `load_log_file`: records of an earlier run; their states are not
+    measured again, each task starts from its best, and the model learns from them.
+    `load_model_file`: a model saved by `XGBModel.save`, to start from."""
+
+    def __init__(
+        self,
+        tasks: Sequence[SearchTask],
+        task_weights: Sequence[int] | None = None,
+        strategy: str = "gradient",
+        load_model_file: str | os.PathLike[str] | None = None,
+        load_log_file: str | os.PathLike[str] | None = None,
+        cost_model: str | CostModel = "xgb",
+        search_params: SearchParams | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not tasks:
+            raise TuningError("there are no tasks to tune; does the model have any kernel?")
+        weights = list(task_weights) if task_weights is not None else [1] * len(tasks)
+        if len(weights) != len(tasks) or any(w <= 0 for w in weights):
+            raise TuningError(
+                f"give one positive weight per task: {len(tasks)} tasks, weights {weights}"
+            )
+        if strategy not in STRATEGIES:
+            raise TuningError(f"unknown strategy {strategy!r}; choose one of {list(STRATEGIES)}")
+        self.tasks = list(tasks)
+        self.weights = weights
+        self.strategy = strategy
+        self.rng = random.Random(seed)
+        self.cost_model = _cost_model(cost_model, load_model_file, seed)
+        self.tuners = [
+            TaskTuner(task, self.cost_model, search_params, seed, weight=weight)
+            for task, weight in zip(self.tasks, weights, strict=True)
+        ]
+        self.rounds = [0] * len(tasks)
+        self.rounds_without_valid = [0] * len(tasks)
+        self.history_of_best: list[list[tuple[int, float]]] = [[] for _ in tasks]
+        self.done = [False] * len(tasks)
+        if load_log_file is not None:
+            records = load_records(load_log_file)
+            for tuner in self.tuners:
+                tuner.load(records)
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def tune(self, options: TuningOptions) -> SchedulerResult:
+        """Tune until `options.num_measure_trials` trials (over all tasks), every task
+        stopped, or Ctrl-C."""
+        builder, runner, owned = measurers(options)
+        started = time.perf_counter()
+        history: list[tuple[int, float, float]] = []
+        interrupted = False
+        console = Console(highlight=False)
+        progress = _progress_bar(console, options)
+        trials = 0
+        try:
+            with progress:
+                bar = progress.add_task("tuning", total=options.num_measure_trials)
+                while trials < options.num_measure_trials:
+                    index = self._next_task()
+                    if index is None:
+                        break
+                    count = min(options.num_measures_per_round, options.num_measure_trials - trials)
+                    measured = self._round(index, count, builder, runner, options)
+                    trials += measured
+                    progress.update(bar, completed=trials)
+                    elapsed = time.perf_counter() - started
+                    history.append((trials, elapsed, self._estimate()))
+                    if options.verbose:
+                        next_index = self._next_task(peek=True)
+                        for line in self.table(elapsed, trials, next_index):
+                            progress.console.print(line, soft_wrap=True)
+        except KeyboardInterrupt:
+            interrupted = True
+            console.print(
+                f"Tuning stopped by Ctrl-C after {trials} trials; every finished round "
+                "is in the records file.",
+                soft_wrap=True,
+            )
+        finally:
+            for measurer in owned:
+                measurer.close()
+        return self._result(time.perf_counter() - started, interrupted, history)
+
+    def _round(
+        self, index: int, count: int, builder: Builder, runner: Runner, options: TuningOptions
+    ) -> int:
+        tuner = self.tuners[index]
+        records = tuner.round(count, builder, runner, options.measure_callbacks)
+        self.rounds[index] += 1
+        self.history_of_best[index].append((tuner.trials, tuner.best_cost))
+        self.rounds_without_valid[index] = (
+            0 if math.isfinite(tuner.best_cost) else self.rounds_without_valid[index] + 1
+        )
+        stalled = bool(options.early_stopping) and (
+            tuner.trials_since_improvement >= (options.early_stopping or 0)
+        )
+        if not records or stalled or self.rounds_without_valid[index] >= MAX_ROUNDS_WITHOUT_VALID:
+            self.done[index] = True
+        return len(records)
+
+    # -- which task next ---------------------------------------------------------------
+
+    def _next_task(self, peek: bool = False) -> int | None:
+        """The task of the next round (None: all done). `peek` draws no randomness."""
+        alive = [i for i in range(len(self.tasks)) if not self.done[i]]
+        if not alive:
+            return None
+        for i in alive:  # warm-up: every task gets a first round, in order
+            if self.rounds[i] == 0:
+                return i
+        if self.strategy == "round-robin":
+            return min(alive, key=lambda i: (self.rounds[i], i))
+        if not peek and self.rng.random() < EPS_RANDOM_TASK:
+            return self.rng.choice(alive)
+        return max(alive, key=lambda i: (self.expected_gain(i), -i))
+
+    def expected_gain(self, index: int) -> float:
+        """Expected shortening of the estimated latency per trial spent on task
+        `index`, in seconds (see the module docstring)."""
+        tuner = self.tuners[index]
+        best = tuner.best_cost
+        if not math.isfinite(best):
+            return math.inf  # no valid candidate yet: the estimate is unbounded
+        recent = self._recent_rate(index)
+        forecast = best / max(tuner.trials, 1)
+        similar = self._best_similar_throughput(index)
+        if similar > 0:
+            reachable = tuner.task.flop_count / (similar / SIMILAR_THROUGHPUT_DIVISOR)
+            forecast = max(forecast, best - reachable)
+        rate = RECENT_RATE_SHARE * recent + (1 - RECENT_RATE_SHARE) * forecast
+        return self.weights[index] * rate
+
+    def _recent_rate(self, index: int) -> float:
+        history = self.history_of_best[index]
+        if len(history) <= RECENT_ROUNDS:
+            return 0.0
+        (old_trials, old_best), (trials, best) = history[-1 - RECENT_ROUNDS], history[-1]
+        if not math.isfinite(old_best) or trials == old_trials:
+            return 0.0
+        return (old_best - best) / (trials - old_trials)
+
+    def _best_similar_throughput(self, index: int) -> float:
+        """The highest FLOP/s among other tasks with the same stages."""
+        tag = task_tag(self.tasks[index])
+        rates = [
+            tuner.task.flop_count / tuner.best_cost
+            for j, tuner in enumerate(self.tuners)
+            if j != index and task_tag(tuner.task) == tag and math.isfinite(tuner.best_cost)
+        ]
+        return max(rates, default=0.0)
+
+    # -- reporting ---------------------------------------------------------------------
+
+    def _estimate(self) -> float:
+        return estimated_latency([t.best_cost for t in self.tuners], self.weights)
+
+    def table(self, elapsed: float, trials: int, next_index: int | None) -> list[str]:
+        """The seed's per-round table."""
+        rule = "-" * 49
+        lines = ["|  ID  | Latency (ms) | Speed (GFLOPS) | Trials |", rule]
+        for index, tuner in enumerate(self.tuners):
+            if math.isfinite(tuner.best_cost):
+                latency = f"{tuner.best_cost * 1e3:12.3f}"
+                speed = f"{tuner.task.flop_count / tuner.best_cost / 1e9:14.2f}"
+            else:
+                latency, speed = f"{'-':>12}", f"{'-':>14}"
+            lines.append(f"| {index:4d} | {latency} | {speed} | {tuner.trials:6d} |")
+        lines.append(rule)
+        estimate = self._estimate()
+        total = f"{estimate * 1e3:.3f} ms" if math.isfinite(estimate) else "-"
+        after = "-" if next_index is None else str(next_index)
+        lines.append(
+            f"Estimated total latency: {total} | Trials: {trials} | "
+            f"Used time: {elapsed:.0f} s | Next ID: {after}"
+        )
+        return lines
+
+    def _result(
+        self, elapsed: float, interrupted: bool, history: list[tuple[int, float, float]]
+    ) -> SchedulerResult:
+        stats = TuningStats()
+        for tuner in self.tuners:
+            stats.search += tuner.stats.search
+            stats.build += tuner.stats.build
+            stats.run += tuner.stats.run
+            stats.check += tuner.stats.check
+            stats.trials += tuner.stats.trials
+            stats.errors.update(tuner.stats.errors)
+        return SchedulerResult(
+            tuple(self.tasks),
+            tuple(self.weights),
+            tuple(t.best_cost for t in self.tuners),
+            tuple(t.stats.trials for t in self.tuners),
+            elapsed,
+            interrupted,
+            tuple(history),
+            stats,
+        )
+
+
+def task_tag(task: SearchTask) -> str:
+    """Tasks with the same tag compute the same stages on other shapes (two 3x3
+    convs with bias and ReLU): what one reaches, the other may."""
+    return ",".join(
+        tensor.op.name for tensor in task.compute_dag.tensors if isinstance(tensor.op, ComputeOp)
+    )
+
+
+def _cost_model(
+    choice: str | CostModel, load_model_file: str | os.PathLike[str] | None, seed: int | None
+) -> CostModel:
+    if not isinstance(choice, str):
+        if load_model_file is not None:
+            raise TuningError("load_model_file needs cost_model='xgb' (it loads an XGBModel)")
+        return choice
+    if choice == "random":
+        if load_model_file is not None:
+            raise TuningError("load_model_file needs cost_model='xgb' (it loads an XGBModel)")
+        return RandomModel(seed)
+    if choice == "xgb":
+        from ember.autoschedule.xgb_model import XGBModel
+
+        model = XGBModel(seed=seed)
+        if load_model_file is not None:
+            model.load(load_model_file)
+        return model
+    raise TuningError(f"unknown cost model {choice!r}; choose 'xgb' or 'random'")
+
+
+def _progress_bar(console: Console, options: TuningOptions) -> Progress:
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not options.verbose or not console.is_terminal,
+    )

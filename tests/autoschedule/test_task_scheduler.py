@@ -1,0 +1,198 @@
+"""TaskScheduler with fake measurers: where the budget goes (the task that dominates
+the estimated latency), round-robin, per-task early stopping, resume from a log, the
+printed table, and the errors a user can cause."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from ember import te
+from ember.autoschedule import RecordToFile, SearchTask, load_records
+from ember.autoschedule.measure import BuildResult, MeasureInput, MeasureResult
+from ember.autoschedule.records import state_key
+from ember.autoschedule.search import SearchParams
+from ember.autoschedule.task_scheduler import TaskScheduler, task_tag
+from ember.autoschedule.tuning import TuningError, TuningOptions
+
+SMALL_SEARCH = SearchParams(population=24, generations=1)
+
+
+def dense_task(m: int, n: int, k: int, name: str) -> SearchTask:
+    data = te.placeholder((m, k), name="data")
+    weight = te.placeholder((n, k), name="weight")
+    rk = te.reduce_axis(k, "k")
+    dense = te.compute(
+        (m, n), lambda i, j: te.reduce_sum(data[i, rk] * weight[j, rk], rk), name="T_dense"
+    )
+    out = te.compute((m, n), lambda i, j: te.maximum(dense[i, j], 0.0), name="T_relu")
+    return SearchTask.create(te.ComputeDAG([out]), "llvm", desc=name)
+
+
+class FakeBuilder:
+    def __init__(self) -> None:
+        self.built: list[tuple[str, str]] = []
+
+    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        self.built += [(i.task.desc, state_key(i.state)) for i in inputs]
+        return [BuildResult("/nonexistent.so", "k_packed", ()) for _ in inputs]
+
+
+class FakeRunner:
+    """Cost = the task's scale x a pseudo-random factor of the state in [1, 2)."""
+
+    def __init__(self, scales: dict[str, float]) -> None:
+        self.scales = scales
+
+    def run(
+        self, inputs: Sequence[MeasureInput], build_results: Sequence[BuildResult]
+    ) -> list[MeasureResult]:
+        results = []
+        for i in inputs:
+            digest = hashlib.sha256(state_key(i.state).encode()).digest()
+            factor = 1 + int.from_bytes(digest[:4], "little") / 2**32
+            results.append(MeasureResult((self.scales[i.task.desc] * factor,)))
+        return results
+
+    def check(self, measure_input: MeasureInput, build_result: BuildResult) -> MeasureResult:
+        return MeasureResult(())
+
+
+@pytest.fixture(scope="module")
+def tasks() -> list[SearchTask]:
+    return [dense_task(16, 32, 24, "big"), dense_task(8, 16, 8, "small")]
+
+
+def options(
+    trials: int, builder: FakeBuilder, runner: FakeRunner, **kwargs: object
+) -> TuningOptions:
+    return TuningOptions(
+        num_measure_trials=trials,
+        num_measures_per_round=4,
+        builder=builder,
+        runner=runner,
+        verbose=0,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_the_budget_goes_to_the_task_that_dominates_the_latency(tasks: list[SearchTask]) -> None:
+    builder = FakeBuilder()
+    runner = FakeRunner({"big": 1e-2, "small": 1e-5})
+    scheduler = TaskScheduler(
+        tasks, [3, 1], cost_model="random", search_params=SMALL_SEARCH, seed=0
+    )
+    result = scheduler.tune(options(64, builder, runner))
+    assert result.total_trials == 64 and not result.interrupted
+    big, small = result.task_trials
+    # 'small' is ~0.03% of the estimate: its warm-up round, at most one random round.
+    assert small <= 8 and big >= 56
+    assert result.estimated_latency == pytest.approx(
+        3 * result.best_costs[0] + result.best_costs[1]
+    )
+    assert [trials for trials, _, _ in result.history] == list(range(4, 65, 4))
+    estimates = [estimate for _, _, estimate in result.history]
+    assert estimates == sorted(estimates, reverse=True)
+
+
+def test_round_robin_alternates(tasks: list[SearchTask]) -> None:
+    scheduler = TaskScheduler(
+        tasks, [3, 1], strategy="round-robin", cost_model="random", search_params=SMALL_SEARCH
+    )
+    result = scheduler.tune(options(24, FakeBuilder(), FakeRunner({"big": 1e-2, "small": 1e-5})))
+    assert result.task_trials == (12, 12)
+
+
+def test_a_stalled_task_stops_and_the_rest_continue(tasks: list[SearchTask]) -> None:
+    class Stalling(FakeRunner):
+        """'small' never improves after its first round; 'big' keeps improving."""
+
+        def __init__(self) -> None:
+            super().__init__({"big": 1e-2, "small": 1e-3})
+            self.calls = {"big": 0, "small": 0}
+
+        def run(self, inputs, build_results):  # type: ignore[no-untyped-def]
+            desc = inputs[0].task.desc
+            self.calls[desc] += 1
+            if desc == "small":
+                cost = 1e-3 if self.calls[desc] == 1 else 2e-3
+            else:
+                cost = 1e-2 / self.calls[desc]
+            return [MeasureResult((cost,)) for _ in inputs]
+
+    scheduler = TaskScheduler(
+        tasks, strategy="round-robin", cost_model="random", search_params=SMALL_SEARCH
+    )
+    result = scheduler.tune(options(40, FakeBuilder(), Stalling(), early_stopping=8))
+    assert result.task_trials[1] == 12  # 4 to find its best, then 8 without improvement
+    assert result.task_trials[0] == 28
+
+
+def test_resume_measures_nothing_twice(tasks: list[SearchTask], tmp_path: Path) -> None:
+    log = tmp_path / "log.json"
+    runner = FakeRunner({"big": 1e-2, "small": 1e-3})
+    first = TaskScheduler(tasks, [1, 2], cost_model="random", search_params=SMALL_SEARCH, seed=0)
+    first.tune(options(16, FakeBuilder(), runner, measure_callbacks=[RecordToFile(log)]))
+    records = load_records(log)
+    assert len(records) == 16
+    assert {r.task.weight for r in records} == {1, 2}
+    builder = FakeBuilder()
+    second = TaskScheduler(
+        tasks, [1, 2], cost_model="random", search_params=SMALL_SEARCH, seed=0, load_log_file=log
+    )
+    result = second.tune(options(16, builder, runner))
+    assert len(builder.built) == 16
+    keys_before = {
+        (next(t.desc for t in tasks if t.workload_key == r.task.workload_key), _steps(r))
+        for r in records
+    }
+    assert not keys_before & set(builder.built)
+    # Each task starts from the best of the log.
+    for index, task in enumerate(tasks):
+        best = min(r.mean_cost for r in records if r.task.workload_key == task.workload_key)
+        assert result.best_costs[index] <= best
+
+
+def _steps(record) -> str:  # type: ignore[no-untyped-def]
+    from ember.autoschedule.records import steps_key
+
+    return steps_key(record.steps)
+
+
+def test_the_table_is_printed_each_round(
+    tasks: list[SearchTask], capsys: pytest.CaptureFixture[str]
+) -> None:
+    scheduler = TaskScheduler(tasks, cost_model="random", search_params=SMALL_SEARCH, seed=0)
+    opts = TuningOptions(
+        num_measure_trials=8,
+        num_measures_per_round=4,
+        builder=FakeBuilder(),
+        runner=FakeRunner({"big": 1e-2, "small": 1e-3}),
+    )
+    scheduler.tune(opts)
+    out = capsys.readouterr().out
+    assert out.count("|  ID  | Latency (ms) | Speed (GFLOPS) | Trials |") == 2
+    first_round = out.split("Estimated total latency")[0]
+    assert "|    1 |            - |              - |      0 |" in first_round
+    assert "Estimated total latency: - | Trials: 4 |" in out
+    assert "Trials: 8 | Used time: " in out and "Next ID: " in out
+
+
+def test_similar_tasks_share_a_tag(tasks: list[SearchTask]) -> None:
+    assert task_tag(tasks[0]) == task_tag(tasks[1]) == "T_dense,T_relu"
+
+
+def test_bad_arguments_are_explained(tasks: list[SearchTask], tmp_path: Path) -> None:
+    with pytest.raises(TuningError, match="no tasks to tune"):
+        TaskScheduler([])
+    with pytest.raises(TuningError, match="one positive weight per task"):
+        TaskScheduler(tasks, [1])
+    with pytest.raises(TuningError, match="unknown strategy 'fastest'"):
+        TaskScheduler(tasks, strategy="fastest")
+    with pytest.raises(TuningError, match="unknown cost model 'gbm'"):
+        TaskScheduler(tasks, cost_model="gbm")
+    with pytest.raises(TuningError, match="load_model_file needs cost_model='xgb'"):
+        TaskScheduler(tasks, cost_model="random", load_model_file=tmp_path / "m.json")
