@@ -22,7 +22,8 @@ $(VENV)/.installed-examples: pyproject.toml | $(BIN)/activate
 	touch $@ $(VENV)/.installed-base
 
 # Compiles the pretrained EfficientNet-Lite0 of examples/classify and the built-in
-# ResNet-18 (NHWC), runs them, classifies the example's photo; artifacts in build/demo.
+# ResNet-18 (NHWC), runs them, classifies the example's photo, then tunes a small
+# MobileNet briefly and times it untuned and tuned; artifacts in build/demo.
 demo: $(VENV)/.installed-examples
 	$(BIN)/python -m ember.testing.demo
 

@@ -13,6 +13,7 @@ from ember.cli_commands import info as info_command
 from ember.cli_commands import records as records_command
 from ember.cli_commands import run as run_command
 from ember.cli_commands import tasks as tasks_command
+from ember.cli_commands import tune as tune_command
 from ember.cli_commands.common import load_model, parse_shapes
 from ember.errors import EmberError
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_command.add_parser(commands)
     records_command.add_parser(commands)
     tasks_command.add_parser(commands)
+    tune_command.add_parser(commands)
     return parser
 
 

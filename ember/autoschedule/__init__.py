@@ -11,7 +11,7 @@ The pipeline of one round, one module each: `sketch` (template-free search space
 `annotate` (random tile sizes, parallel / vector / unroll annotations) -> `search`
 (evolutionary search guided by a `cost_model`, with `mutate`) -> `builder` ->
 `runner` (measurement in worker processes, checked against `reference`) -> `records`
-(the log); `tuning` runs the rounds.
+(the log); `tuning` runs the rounds of one task, `task_scheduler` those of a network.
 """
 
 from ember.autoschedule.builder import LocalBuilder
@@ -33,6 +33,7 @@ from ember.autoschedule.runner import LocalRunner
 from ember.autoschedule.search import EvolutionarySearch, SearchParams
 from ember.autoschedule.sketch import Sketch, generate_sketches
 from ember.autoschedule.task import SearchTask, extract_tasks
+from ember.autoschedule.task_scheduler import SchedulerResult, TaskScheduler
 from ember.autoschedule.tuning import (
     TaskTuner,
     TuneResult,
@@ -58,9 +59,11 @@ __all__ = [
     "RecordTask",
     "RecordToFile",
     "RecordsError",
+    "SchedulerResult",
     "SearchParams",
     "SearchTask",
     "Sketch",
+    "TaskScheduler",
     "TaskTuner",
     "TuneResult",
     "TuningError",

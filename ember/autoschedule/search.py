@@ -99,14 +99,14 @@ class EvolutionarySearch:
         fresh = sample_initial_population(
             self.task, self.sketches, self.params.population, self.rng
         )
-        population = self._unique(
-            [*self._seeds, *self.best_measured(self.params.elite_measured), *fresh]
-        )
-        self._seeds = []
+        # Seeds are measured first, whatever the model thinks: the default schedule
+        # is the speed a tuned build must never fall below.
+        seeds, self._seeds = self._take(self._seeds, count, set()), []
+        chosen = {state_key(s) for s in seeds}
+        population = self._unique([*seeds, *self.best_measured(self.params.elite_measured), *fresh])
         best = self._evolve(population, count)
-        num_random = min(count, max(0, round(count * self.params.eps_greedy)))
-        batch = self._take(best, count - num_random, set())
-        chosen = {state_key(s) for s in batch}
+        num_random = min(count - len(seeds), max(0, round(count * self.params.eps_greedy)))
+        batch = seeds + self._take(best, count - len(seeds) - num_random, chosen)
         randoms = [s for s in fresh if state_key(s) not in chosen]
         self.rng.shuffle(randoms)
         batch += self._take(randoms, count - len(batch), chosen)

@@ -207,8 +207,8 @@ class TaskScheduler:
         alive = [i for i in range(len(self.tasks)) if not self.done[i]]
         if not alive:
             return None
-        for i in alive:  # warm-up: every task gets a first round, in order
-            if self.rounds[i] == 0:
+        for i in alive:  # warm-up: a first round for every task without a best, in order
+            if self.rounds[i] == 0 and not math.isfinite(self.tuners[i].best_cost):
                 return i
         if self.strategy == "round-robin":
             return min(alive, key=lambda i: (self.rounds[i], i))
@@ -262,7 +262,7 @@ class TaskScheduler:
         lines = ["|  ID  | Latency (ms) | Speed (GFLOPS) | Trials |", rule]
         for index, tuner in enumerate(self.tuners):
             if math.isfinite(tuner.best_cost):
-                latency = f"{tuner.best_cost * 1e3:12.3f}"
+                latency = f"{tuner.best_cost * 1e3:12.4f}"
                 speed = f"{tuner.task.flop_count / tuner.best_cost / 1e9:14.2f}"
             else:
                 latency, speed = f"{'-':>12}", f"{'-':>14}"

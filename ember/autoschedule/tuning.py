@@ -157,6 +157,7 @@ class TaskTuner:
                 continue
             result = MeasureResult(record.result.costs, record.result.error, record.result.message)
             self.search.record_measured([state], [result.mean_cost])
+            self.trials += 1  # the task's trials in all runs (`stats`: this run's)
             inputs.append(MeasureInput(self.task, state))
             results.append(result)
             if result.ok and result.mean_cost < self.best_cost:

@@ -178,13 +178,18 @@ def serve(handler: Callable[[Any], Any]) -> None:
     requests = Connection(read_fd, writable=False)
     replies = Connection(write_fd, readable=False)
     threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
-    replies.send(_READY)
-    while True:
-        try:
-            request = requests.recv()
-        except (EOFError, OSError):
-            return
-        replies.send(handler(request))
+    # A parent that closes the pipe (a tuning run ended by Ctrl-C while this child was
+    # still starting or working) is a normal end, not an error to print.
+    try:
+        replies.send(_READY)
+        while True:
+            try:
+                request = requests.recv()
+            except (EOFError, OSError):
+                return
+            replies.send(handler(request))
+    except OSError:  # BrokenPipeError: nobody reads the replies any more
+        return
 
 
 def _exit_when_orphaned(parent: int) -> None:

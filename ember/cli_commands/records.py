@@ -1,10 +1,13 @@
 """`ember records distill -i log.json [-o out.json]` keeps the best valid record per
 (workload, target), merged into the output; `ember records show log.json` prints per
-task the best latency, GFLOPS, trials and errors by kind."""
+task the best latency, GFLOPS, trials and errors by kind; `ember records report a.json
+[b.json ...] -o report.html` writes an HTML page (and a PNG) of the estimated
+end-to-end latency against trials, one curve per log, and the per-task tables."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -51,6 +54,45 @@ def command_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_report(args: argparse.Namespace) -> int:
+    from ember.autoschedule import report
+
+    labels = report.labels_for(args.logs)
+    reports = [
+        report.log_report(load_records(log), label)
+        for log, label in zip(args.logs, labels, strict=True)
+    ]
+    html_path = report.write_html(reports, args.output)
+    print(f"wrote {html_path}: {len(reports)} log(s)")
+    for log_report in reports:
+        curve = log_report.curve
+        final = report.format_latency(curve.final)
+        print(f"  {curve.label}: {curve.trials} records, {curve.tasks} tasks, estimate {final}")
+    if args.no_png:
+        return 0
+    png = Path(args.png) if args.png else Path(args.output).with_suffix(".png")
+    if report.write_png([r.curve for r in reports], png):
+        print(f"wrote {png}")
+    else:
+        print("no PNG: matplotlib is not installed (pip install 'ember[report]')")
+    return 0
+
+
+def _add_report_parser(actions: Any) -> None:
+    report = actions.add_parser(
+        "report",
+        help="HTML page (and PNG) of the estimated latency against trials, with per-task "
+        "tables; several logs draw several curves",
+    )
+    report.add_argument("logs", nargs="+", metavar="LOG", help="records file(s)")
+    report.add_argument("-o", "--output", default="report.html", help="the HTML page")
+    report.add_argument(
+        "--png", help="the chart as a PNG (default: the page's name with .png; needs matplotlib)"
+    )
+    report.add_argument("--no-png", action="store_true", help="write the HTML page only")
+    report.set_defaults(run=command_report)
+
+
 def add_parser(commands: Any) -> None:
     records = commands.add_parser("records", help="inspect and distill tuning records")
     actions = records.add_subparsers(dest="records_command", required=True)
@@ -65,3 +107,4 @@ def add_parser(commands: Any) -> None:
     show = actions.add_parser("show", help="best latency, GFLOPS, trials and errors per task")
     show.add_argument("log", help="records file")
     show.set_defaults(run=command_show)
+    _add_report_parser(actions)

@@ -8,6 +8,12 @@ Runs the commands a user types, printing each one first:
    `ember run --print-time --print-top 5 --labels ...`;
 3. the built-in ResNet-18 in NHWC (seeded random weights, so its classes mean
    nothing): `ember compile resnet-18 --layout NHWC`, `ember run --print-time`;
+4. auto-tuning, briefly: `ember tune` the built-in MobileNet (NHWC, 64x64 images) for
+   `--tune-trials` trials (8 per task by default, about two minutes here; 0 skips
+   the step), `ember compile` it with and without `--tuning-records`, `ember run
+   --print-time` both, and the two median times side by side. So short a search does
+   not always beat the default schedules; `ember tune --trials` a few hundred per task
+   does better;
 
 then says where the artifacts are. Needs the repository checkout (the example's model,
 photo and labels) and Pillow (`pip install -e '.[examples]'`).
@@ -16,11 +22,15 @@ photo and labels) and Pillow (`pip install -e '.[examples]'`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import io
 import shlex
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TextIO
 
 from rich.console import Console
 
@@ -30,6 +40,10 @@ from ember.errors import EmberError
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "classify"
+# The network the demo tunes: small enough that a round of every task takes minutes.
+TUNE_MODEL = ["mobilenet", "--layout", "NHWC", "--input-shapes", "data:[1,64,64,3]"]
+TUNE_TASKS = 22  # `ember tasks` of TUNE_MODEL
+TUNE_PER_ROUND = 8
 
 
 def _shown(path: Path) -> str:
@@ -67,6 +81,38 @@ class _Steps:
 
     def ember(self, title: str, *argv: str | Path) -> None:
         self.run(title, ["ember", *argv], ember_main)
+
+    def ember_output(self, title: str, *argv: str | Path) -> str:
+        """`ember(...)`, also returning what the command printed."""
+        copy = io.StringIO()
+        with contextlib.redirect_stdout(_Tee(sys.stdout, copy)):
+            self.ember(title, *argv)
+        return copy.getvalue()
+
+
+class _Tee(io.TextIOBase):
+    """Writes to the terminal and keeps a copy."""
+
+    def __init__(self, *streams: TextIO) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
+
+
+def median_ms(output: str) -> float:
+    """The median of `ember run --print-time`'s execution time summary, in ms."""
+    lines = output.splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith("Execution time summary"):
+            return float(lines[index + 2].split()[1])
+    raise EmberError("`ember run --print-time` printed no execution time summary")
 
 
 def _preprocess_main() -> Callable[[list[str]], int]:
@@ -114,6 +160,46 @@ def _run_demo(
     )  # fmt: skip
 
 
+def _tune_demo(steps: _Steps, args: argparse.Namespace, out: Path) -> tuple[float, float]:
+    """Step 4 (see the module docstring): the untuned and tuned median times in ms."""
+    log, untuned, tuned = (out / name for name in (
+        "mobilenet.records.json", "mobilenet.tar", "mobilenet.tuned.tar"))  # fmt: skip
+    log.unlink(missing_ok=True)  # a fresh search each time, not a resumed one
+    cost_model = [] if args.cost_model == "xgb" else ["--cost-model", args.cost_model]
+    steps.ember(
+        f"Tune MobileNet (NHWC, 64x64) briefly: {args.tune_trials} trials",
+        "tune", *TUNE_MODEL, "--target", args.target, "--trials", str(args.tune_trials),
+        "--per-round", str(TUNE_PER_ROUND), *cost_model, "-o", log,
+    )  # fmt: skip
+    steps.ember("Compile it with the default schedules",
+                "compile", *TUNE_MODEL, "--target", args.target, "-o", untuned)  # fmt: skip
+    steps.ember(
+        "Compile it with the tuned schedules",
+        "compile", *TUNE_MODEL, "--target", args.target, "--tuning-records", log, "-o", tuned,
+    )  # fmt: skip
+    timing = ["--fill-mode", "random", "--print-time", "--repeat", str(args.repeat)]
+    before = median_ms(steps.ember_output("Time the untuned MobileNet", "run", untuned, *timing))
+    after = median_ms(steps.ember_output("Time the tuned MobileNet", "run", tuned, *timing))
+    return before, after
+
+
+def _print_tuning(console: Console, times: tuple[float, float] | None, repeat: int) -> None:
+    if times is None:
+        return
+    before, after = times
+    console.print(
+        f"MobileNet 64x64, median of {repeat} runs each: untuned {before:.3f} ms, "
+        f"tuned {after:.3f} ms ({before / after:.2f}x)",
+        highlight=False,
+    )
+    if after > before:
+        console.print(
+            "  a search this short may not beat the default schedules; "
+            "`ember tune --trials` a few hundred per task does better",
+            highlight=False,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -124,6 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--target", default="llvm", help="the Target to compile for")
     parser.add_argument("--repeat", type=int, default=10, help="timed runs per network")
+    parser.add_argument(
+        "--tune-trials",
+        type=int,
+        default=TUNE_TASKS * TUNE_PER_ROUND,
+        help="trials of the tuning step (default: one round of 8 per task; 0 skips it)",
+    )
+    parser.add_argument(
+        "--cost-model", default="xgb", choices=("xgb", "random"), help="of the tuning step"
+    )
     args = parser.parse_args(argv)
     console = Console()
 
@@ -138,8 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     resnet = out / "resnet-18.tar"
     steps = _Steps(console)
     start = time.perf_counter()
+    tuning: tuple[float, float] | None = None
     try:
         _run_demo(steps, args, model, photo_npz, effnet, resnet)
+        if args.tune_trials > 0:
+            tuning = _tune_demo(steps, args, out)
     except EmberError as error:
         console.print(f"[red]demo failed: {error}")
         return 1
@@ -148,9 +246,13 @@ def main(argv: list[str] | None = None) -> int:
     for title, seconds in steps.times:
         console.print(f"  {seconds:6.1f} s  {title}", highlight=False)
     console.print(f"  {time.perf_counter() - start:6.1f} s  in all", highlight=False)
+    _print_tuning(console, tuning, args.repeat)
     console.print("Artifacts (mod.so + mod.json + mod.params in each .tar):")
     for path in (effnet, resnet, photo_npz, out / "chelsea_predictions.npz"):
         console.print(f"  {_shown(path)}", highlight=False)
+    if tuning is not None:
+        for name in ("mobilenet.tar", "mobilenet.tuned.tar", "mobilenet.records.json"):
+            console.print(f"  {_shown(out / name)}", highlight=False)
     console.print(f"Compiled kernels are cached in {cache_dir()} (EMBER_CACHE_DIR).")
     console.print(f"Try your own photo: examples/classify/classify.sh PHOTO {_shown(out)}")
     return 0

@@ -1,0 +1,318 @@
+"""`ember tune MODEL --target T -o records.json`: search schedules for every task of a
+model under one trial budget (`TaskScheduler`), appending each round's measurements
+to the records file, then say what the search reached and the `ember compile` command
+that uses it.
+
+A killed or interrupted run loses at most the round in flight: `RecordToFile` makes
+every round durable before the next one starts, so Ctrl-C ends the run with the log
+intact (exit status 130, as a shell reports an interrupted command) and
+`--tuning-records` resumes from it without measuring a schedule twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ember.cli_commands.common import add_model_arguments, format_count, load_model, parse_shapes
+from ember.errors import UsageError
+from ember.target import Target
+
+if TYPE_CHECKING:
+    from ember.autoschedule.builder import LocalBuilder
+    from ember.autoschedule.runner import LocalRunner
+    from ember.autoschedule.task import SearchTask
+    from ember.autoschedule.task_scheduler import SchedulerResult, TaskScheduler
+    from ember.autoschedule.tuning import TuningOptions
+
+# Trials per task when --trials is not given: the first round of every task plus about
+# three more on average. Enough to beat most default schedules; TVM's guide suggests
+# ~800 per task for the best results.
+DEFAULT_TRIALS_PER_TASK = 64
+# A shell's exit status for a command ended by SIGINT (128 + 2).
+EXIT_INTERRUPTED = 130
+
+
+def _positive(value: int | float | None, option: str, what: str) -> None:
+    if value is not None and not value > 0:
+        raise UsageError(f"{option} {value} must be positive: {what}")
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Everything the user can get wrong, before minutes of extraction and tuning."""
+    _positive(args.trials, "--trials", "the total number of measurements over all tasks")
+    _positive(args.per_round, "--per-round", "measurements per round of one task")
+    _positive(args.early_stopping, "--early-stopping", "trials without a new best per task")
+    _positive(args.timeout, "--timeout", "seconds a candidate may take to build or to run")
+    _positive(args.number, "--number", "runs per timed repeat")
+    _positive(args.repeat, "--repeat", "timed repeats per candidate")
+    _positive(args.parallel, "--parallel", "builder processes")
+    if args.min_repeat_ms < 0:
+        raise UsageError(f"--min-repeat-ms {args.min_repeat_ms} must be 0 or more")
+    output = Path(args.output)
+    if output.is_dir():
+        raise UsageError(f"-o {str(output)!r} is a directory; give the records file's name")
+    parent = output.parent
+    if not parent.is_dir():
+        raise UsageError(f"-o {str(output)!r}: directory {str(parent)!r} does not exist")
+    if not os.access(output if output.exists() else parent, os.W_OK):
+        raise UsageError(f"-o {str(output)!r} is not writable; choose another records file")
+    if args.tuning_records and not Path(args.tuning_records).is_file():
+        raise UsageError(
+            f"--tuning-records {args.tuning_records!r} does not exist; give the records "
+            "file of an earlier `ember tune -o`, or leave the option out to start afresh"
+        )
+
+
+def _seconds(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "-"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.2f} us"
+
+
+def describe_tasks(tasks: Sequence[SearchTask], weights: Sequence[int]) -> list[str]:
+    """One line per task: the ID the scheduler's table uses, name, FLOPs, weight."""
+    width = max(len(task.desc) for task in tasks)
+    lines = [f"  {'ID':>4}  {'task':<{width}}  {'FLOPs':>8}  weight"]
+    for index, (task, weight) in enumerate(zip(tasks, weights, strict=True)):
+        flops = format_count(task.flop_count)
+        lines.append(f"  {index:>4}  {task.desc:<{width}}  {flops:>8}  {weight:>6}")
+    return lines
+
+
+def _next_command(args: argparse.Namespace) -> str:
+    """The `ember compile` that uses these records, with the model options given."""
+    argv = ["ember", "compile", args.model, "--target", args.target]
+    if args.shapes:
+        argv += ["--input-shapes", args.shapes]
+    if args.batch_size != 1:
+        argv += ["--batch-size", str(args.batch_size)]
+    if args.layout != "NCHW":
+        argv += ["--layout", args.layout]
+    stem = Path(args.model).stem if args.model.endswith(".onnx") else args.model
+    argv += ["--tuning-records", args.output, "-o", f"{stem}.tuned.tar"]
+    return shlex.join(argv)
+
+
+def describe_result(result: SchedulerResult, args: argparse.Namespace, new: int) -> list[str]:
+    """The summary printed after tuning (see the module docstring)."""
+    stats = result.stats
+    lines = [
+        f"Tuned {result.total_trials} trials over {len(result.tasks)} tasks in "
+        f"{result.elapsed:.1f} s: search {stats.search:.1f} s, build {stats.build:.1f} s, "
+        f"run {stats.run + stats.check:.1f} s (checking new bests {stats.check:.1f} s)"
+    ]
+    if stats.errors:
+        errors = ", ".join(
+            f"{kind.value} {count}"
+            for kind, count in sorted(stats.errors.items(), key=lambda item: item[0].value)
+        )
+        lines.append(f"  failed candidates: {errors}")
+    missing = [str(i) for i, cost in enumerate(result.best_costs) if not math.isfinite(cost)]
+    if missing:
+        lines.append(
+            f"Estimated end-to-end latency: - (no valid schedule yet for task(s) "
+            f"{', '.join(missing)}; tune longer)"
+        )
+    else:
+        lines.append(
+            f"Estimated end-to-end latency: {_seconds(result.estimated_latency)} "
+            "(sum of each task's best latency x weight)"
+        )
+    lines.append(f"Records: {args.output} ({new} new)")
+    lines.append(f"Next: {_next_command(args)}")
+    return lines
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as file:
+            return sum(1 for line in file if line.strip())
+    except OSError:
+        return 0
+
+
+def _scheduler_and_options(
+    args: argparse.Namespace, tasks: Sequence[SearchTask], weights: Sequence[int]
+) -> tuple[TaskScheduler, TuningOptions, LocalBuilder, LocalRunner]:
+    """The scheduler, and the options with the measurers (the caller closes them)."""
+    from ember.autoschedule import LocalBuilder, LocalRunner, RecordToFile, TuningOptions
+    from ember.autoschedule.task_scheduler import TaskScheduler
+
+    try:
+        scheduler = TaskScheduler(
+            tasks,
+            weights,
+            strategy=args.strategy,
+            load_log_file=args.tuning_records,
+            cost_model=args.cost_model,
+            seed=args.seed,
+        )
+    except ImportError as error:
+        raise UsageError(
+            f"the {args.cost_model!r} cost model cannot be loaded ({error}); install Ember's "
+            "dependencies (pip install -e .) or choose --cost-model random"
+        ) from None
+    builder = LocalBuilder(n_parallel=args.parallel, timeout=args.timeout)
+    runner = LocalRunner(
+        number=args.number,
+        repeat=args.repeat,
+        min_repeat_ms=args.min_repeat_ms,
+        timeout=args.timeout,
+        enable_cpu_cache_flush=args.cpu_cache_flush,
+    )
+    options = TuningOptions(
+        num_measure_trials=args.trials or DEFAULT_TRIALS_PER_TASK * len(tasks),
+        num_measures_per_round=args.per_round,
+        early_stopping=args.early_stopping,
+        builder=builder,
+        runner=runner,
+        measure_callbacks=[RecordToFile(args.output)],
+    )
+    return scheduler, options, builder, runner
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from ember.autoschedule.task import extract_tasks
+
+    target = Target(args.target)
+    graph, params = load_model(args.model, parse_shapes(args.shapes), args.batch_size, args.layout)
+    tasks, weights = extract_tasks(graph, params, target, args.include_simple_tasks)
+    if not tasks:
+        hint = "" if args.include_simple_tasks else "; --include-simple-tasks also tunes those"
+        raise UsageError(
+            f"{args.model} has no task to tune for target '{target}': no fused group has a "
+            f"reduction{hint}"
+        )
+    total = sum(task.flop_count * weight for task, weight in zip(tasks, weights, strict=True))
+    print(
+        f"Extracted {len(tasks)} tasks from {sum(weights)} groups of {args.model} for target "
+        f"'{target}', {format_count(total)} FLOPs in all:"
+    )
+    print("\n".join(describe_tasks(tasks, weights)))
+    scheduler, options, builder, runner = _scheduler_and_options(args, tasks, weights)
+    resumed = f", resuming from {args.tuning_records}" if args.tuning_records else ""
+    print(
+        f"Tuning {options.num_measure_trials} trials, {options.num_measures_per_round} per "
+        f"round, strategy {args.strategy}, cost model {args.cost_model}{resumed}; "
+        f"records go to {args.output}",
+        flush=True,
+    )
+    before = _count_lines(Path(args.output))
+    try:
+        result = scheduler.tune(options)
+    finally:
+        builder.close()
+        runner.close()
+    print("\n".join(describe_result(result, args, _count_lines(Path(args.output)) - before)))
+    if result.interrupted:
+        print(f"Interrupted: resume with --tuning-records {args.output}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def command_tune(args: argparse.Namespace) -> int:
+    _check_options(args)
+    started = time.perf_counter()
+    try:
+        return _tune(args)
+    except KeyboardInterrupt:
+        # Ctrl-C outside the scheduler's rounds (extraction, start-up, shutdown).
+        elapsed = time.perf_counter() - started
+        print(
+            f"ember tune: interrupted after {elapsed:.1f} s; the finished rounds are in "
+            f"{args.output}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+
+
+def _add_tuning_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add(
+        "--trials",
+        type=int,
+        help=f"total measurements over all tasks "
+        f"(default {DEFAULT_TRIALS_PER_TASK} x the number of tasks)",
+    )
+    add("--per-round", type=int, default=16, help="measurements per round of a task (16)")
+    add(
+        "--early-stopping",
+        type=int,
+        metavar="TRIALS",
+        help="stop a task after this many trials without a new best (default: never)",
+    )
+    add(
+        "--strategy",
+        choices=("gradient", "round-robin"),
+        default="gradient",
+        help="which task gets the next round (default gradient: the one expected to "
+        "shorten the end-to-end estimate most)",
+    )
+    add(
+        "--cost-model",
+        choices=("xgb", "random"),
+        default="xgb",
+        help="what ranks candidates before measuring (default xgb, the learned model)",
+    )
+    add("--seed", type=int, help="seed of the search, for a repeatable run")
+    add(
+        "--include-simple-tasks",
+        action="store_true",
+        help="also tune groups without a reduction (layout transposes, reshapes, ...)",
+    )
+
+
+def _add_measure_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add(
+        "--timeout",
+        type=float,
+        default=15.0,
+        help="seconds a candidate may take to build, and again to run (15)",
+    )
+    add("--number", type=int, default=3, help="runs per timed repeat (3)")
+    add("--repeat", type=int, default=1, help="timed repeats per candidate (1)")
+    add(
+        "--min-repeat-ms",
+        type=float,
+        default=100.0,
+        help="a repeat runs at least this long, raising --number (100)",
+    )
+    add(
+        "--cpu-cache-flush",
+        action="store_true",
+        help="flush the CPU caches before each repeat (cold-cache timing)",
+    )
+    add("--parallel", type=int, help="builder processes (default: one per CPU)")
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "tune", help="search fast schedules for a model's tasks, logged as tuning records"
+    )
+    add_model_arguments(parser)
+    parser.add_argument(
+        "--target", default="llvm", help="e.g. 'llvm', 'llvm -mcpu=znver4' (default llvm)"
+    )
+    parser.add_argument(
+        "-o", "--output", required=True, help="records file; each round is appended to it"
+    )
+    parser.add_argument(
+        "--tuning-records",
+        metavar="PREV",
+        help="records of an earlier run to resume from (may be the -o file): their "
+        "schedules are not measured again and each task starts from its best",
+    )
+    _add_tuning_arguments(parser)
+    _add_measure_arguments(parser)
+    parser.set_defaults(run=command_tune)

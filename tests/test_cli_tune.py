@@ -1,0 +1,220 @@
+"""`ember tune`: a short run on a small MLP writes a loadable log with weights, prints
+the scheduler's table and the summary; `ember compile --tuning-records` uses it;
+resuming measures nothing twice; Ctrl-C leaves the log intact and exits 130; and the
+messages of the errors a user can cause."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx_models import one_node_model
+
+from ember.autoschedule import load_records
+from ember.autoschedule.records import MeasureRecord, steps_key
+from ember.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+# The built-in MLP on 1 x 3 x 8 x 8 images: 4 tasks, each measured in milliseconds.
+SMALL_MLP = ["mlp", "--input-shapes", "data:[1,3,8,8]"]
+FAST = ["--cost-model", "random", "--min-repeat-ms", "0", "--seed", "0"]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def tuned_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A 16-trial run (two rounds of 8) and what it printed."""
+    log = tmp_path_factory.mktemp("tune") / "mlp.records.json"
+    argv = ["tune", *SMALL_MLP, "--trials", "16", "--per-round", "8", *FAST, "-o", str(log)]
+    capture = subprocess.run(
+        [sys.executable, "-m", "ember.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=REPO,
+    )
+    assert capture.returncode == 0, capture.stderr
+    return log, capture.stdout
+
+
+def test_tune_writes_a_log_with_weights_and_prints_table_and_summary(
+    tuned_log: tuple[Path, str],
+) -> None:
+    log, out = tuned_log
+    records = load_records(log)
+    assert len(records) == 16
+    assert all(record.task.weight == 1 for record in records)
+    assert all(record.task.flops for record in records)
+    assert "Extracted 4 tasks" in out and "dense_pack_add_relu" in out
+    assert "|  ID  | Latency (ms) | Speed (GFLOPS) | Trials |" in out
+    assert "Estimated total latency:" in out
+    assert "Tuned 16 trials over 4 tasks in" in out and "build" in out and "run" in out
+    # Two rounds of 8 reach two of the four tasks: no end-to-end estimate yet.
+    assert "Estimated end-to-end latency: - (no valid schedule yet for task(s) 2, 3" in out
+    assert f"Records: {log} (16 new)" in out
+    assert (
+        f"Next: ember compile mlp --target llvm --input-shapes 'data:[1,3,8,8]' "
+        f"--tuning-records {log} -o mlp.tuned.tar" in out
+    )
+
+
+def test_compile_uses_the_tuned_log(
+    tuned_log: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log, _ = tuned_log
+    artifact = tmp_path / "mlp.tuned.tar"
+    code, out, _ = run_cli(capsys, "compile", *SMALL_MLP, "--tuning-records", log, "-o", artifact)
+    assert code == 0
+    assert "tuned schedules: 2 of " in out
+    assert artifact.is_file()
+
+
+def test_resume_measures_nothing_twice(
+    tuned_log: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log, _ = tuned_log
+    resumed = tmp_path / "resumed.json"
+    resumed.write_bytes(log.read_bytes())
+    code, out, _ = run_cli(capsys, "tune", *SMALL_MLP, "--trials", "32", "--per-round", "8",
+                           *FAST, "--tuning-records", resumed, "-o", resumed)  # fmt: skip
+    assert code == 0
+    assert f"resuming from {resumed}" in out and f"Records: {resumed} (32 new)" in out
+    records = load_records(resumed)
+    assert len(records) == 48
+    seen = [(r.task.workload_key, steps_key(r.steps)) for r in records]
+    assert len(set(seen)) == len(seen)
+    # Every task has had a round now (the warm-up gives each one), so the estimate is
+    # defined.
+    assert "Estimated end-to-end latency: " in out and "(sum of each task's" in out
+
+
+def _wait_for_records(log: Path, process: subprocess.Popen[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not (log.exists() and log.stat().st_size > 0):
+        if process.poll() is not None:
+            pytest.fail(f"ember tune ended before its first round: {process.communicate()}")
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail("ember tune wrote no round in time")
+        time.sleep(0.05)
+
+
+def test_ctrl_c_stops_cleanly_with_the_log_intact(tmp_path: Path) -> None:
+    log = tmp_path / "interrupted.json"
+    argv = ["tune", *SMALL_MLP, "--trials", "10000", "--per-round", "4", *FAST, "-o", str(log)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ember.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    _wait_for_records(log, process, timeout=120)
+    time.sleep(0.3)  # into the next round, so that one is in flight
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert "Tuning stopped by Ctrl-C" in out
+    assert f"Interrupted: resume with --tuning-records {log}" in err
+    assert "Traceback" not in err
+    lines = log.read_text().splitlines()
+    assert lines
+    # Every line is a record; only a last line cut mid-write may be damaged.
+    for line in lines[:-1]:
+        MeasureRecord.from_json(json.loads(line))
+    assert len(load_records(log)) >= len(lines) - 1 >= 3
+
+
+# -- errors a user can cause ---------------------------------------------------------------
+
+
+def test_missing_previous_records_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "old.json"
+    code, _, err = run_cli(capsys, "tune", *SMALL_MLP, "--tuning-records", missing,
+                           "-o", tmp_path / "new.json")  # fmt: skip
+    assert code == 2
+    assert f"--tuning-records '{missing}' does not exist" in err
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        ("", "is a directory; give the records file's name"),
+        ("absent/log.json", "does not exist"),
+    ],
+)
+def test_bad_output_is_a_usage_error(
+    output: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_cli(capsys, "tune", *SMALL_MLP, "-o", tmp_path / output)
+    assert code == 2
+    assert message in err
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--trials", "0"], "--trials 0 must be positive"),
+        (["--per-round", "-1"], "--per-round -1 must be positive"),
+        (["--min-repeat-ms", "-5"], "--min-repeat-ms -5.0 must be 0 or more"),
+    ],
+)
+def test_bad_numbers_are_usage_errors(
+    option: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_cli(capsys, "tune", *SMALL_MLP, *option, "-o", tmp_path / "log.json")
+    assert code == 2
+    assert message in err
+
+
+def test_bad_target_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "tune", *SMALL_MLP, "--target", "tpu", "-o", tmp_path / "l")
+    assert code == 2
+    assert "ember: error:" in err and "tpu" in err
+
+
+def test_model_without_tasks_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "relu.onnx"
+    onnx.save(one_node_model("Relu", np.zeros((2, 3), np.float32), opset=17), model)
+    code, _, err = run_cli(capsys, "tune", model, "-o", tmp_path / "log.json")
+    assert code == 2
+    assert "has no task to tune for target 'llvm'" in err
+    assert "--include-simple-tasks also tunes those" in err
+
+
+def test_unavailable_cost_model_says_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A module set to None in sys.modules cannot be imported: as if not installed.
+    monkeypatch.setitem(sys.modules, "ember.autoschedule.xgb_model", None)
+    code, _, err = run_cli(capsys, "tune", *SMALL_MLP, "-o", tmp_path / "log.json")
+    assert code == 2
+    assert "the 'xgb' cost model cannot be loaded" in err and "--cost-model random" in err
+    assert not (tmp_path / "log.json").exists()
+
+
+def test_tune_is_registered_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    out = capsys.readouterr().out
+    for option in ("--trials", "--per-round", "--tuning-records", "--early-stopping",
+                   "--timeout", "--number", "--repeat", "--min-repeat-ms", "--parallel",
+                   "--include-simple-tasks", "--cost-model", "--strategy", "--seed"):  # fmt: skip
+        assert option in out
