@@ -4,7 +4,7 @@ resident memory of each.
 
     python benchmarks/compare.py [MODEL ...] [--threads 2] [--repeat 20] [--block 5]
         [--settle-ms 100] [--batch-size 1] [--input-shapes S] [--target llvm]
-        [--no-cold-compile] [--no-memory]
+        [--no-cold-compile] [--no-memory] [--tuning-records LOG]
 
 MODEL is an .onnx file or a built-in workload name; by default the issue's six:
 resnet-18, resnet-50, mobilenet_v2, mobilenet_v3_small, squeezenet_v1.1, inception_v3.
@@ -97,6 +97,10 @@ def _parse() -> argparse.Namespace:
         "--no-cold-compile", action="store_true", help="compile once, with the usual cache"
     )
     parser.add_argument("--no-memory", action="store_true", help="skip the memory processes")
+    parser.add_argument(
+        "--tuning-records",
+        help="compile with this log (`ember tune -o`); tasks without a record use defaults",
+    )
     # Internal: one memory measurement in this process (see measure_memory).
     parser.add_argument(
         "--memory-probe", nargs=2, metavar=("RUNTIME", "PATH"), help=argparse.SUPPRESS
@@ -128,6 +132,8 @@ def _compile(
     command += ["--target", args.target, "-o", str(artifact)]
     if args.input_shapes:
         command += ["--input-shapes", args.input_shapes]
+    if args.tuning_records:
+        command += ["--tuning-records", args.tuning_records]
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
