@@ -56,9 +56,9 @@ from ember.schedule.steps import (
     CacheWriteStep,
     ComputeAtStep,
     ComputeInlineStep,
-    ReorderStep,
     RfactorStep,
     SplitStep,
+    reorder_to,
 )
 from ember.te.tensor import Tensor
 
@@ -245,14 +245,6 @@ def _split_levels(state: State, index: int, levels: Sequence[int]) -> State:
     return state
 
 
-def _reorder(state: State, index: int, names: Sequence[str]) -> State:
-    stage = state.stages[index]
-    order = tuple(stage.iter_index(name) for name in names)
-    if order == tuple(range(len(stage.iters))):
-        return state
-    return ReorderStep(index, order).apply(state)
-
-
 def _level(names: Sequence[str], level: int) -> list[str]:
     return [f"{name}.{level}" for name in names]
 
@@ -263,13 +255,13 @@ def _tile_with_accumulator(state: State, local: int, output: int) -> State:
     out_axes = [a.name for a in state.stages[output].compute_op.axes]
     state = _split_levels(state, output, (3, 1))
     order = _level(out_axes, 0) + _level(out_axes, 1) + _level(out_axes, 2)
-    state = _reorder(state, output, [*order, f"{out_axes[-1]}.3"])
+    state = reorder_to(state, output, [*order, f"{out_axes[-1]}.3"])
     op = state.stages[local].compute_op
     spatial, reduce = [a.name for a in op.axes], [a.name for a in op.reduce_axes]
     state = _split_levels(state, local, (2, 2))
     inner = [*_level(spatial, 1), f"{spatial[-1]}.2"]
     order = _level(reduce, 0) + _level(spatial, 0) + _level(reduce, 1) + inner
-    state = _reorder(state, local, order)
+    state = reorder_to(state, local, order)
     attach = state.stages[output].iter_index(f"{out_axes[-1]}.1")
     return ComputeAtStep(local, output, attach).apply(state)
 
@@ -281,7 +273,7 @@ def _tile_at_root(state: State, index: int) -> State:
     state = _split_levels(state, index, (4, 2))
     order = _level(spatial, 0) + _level(spatial, 1) + _level(reduce, 0) + _level(spatial, 2)
     order += _level(reduce, 1) + _level(spatial, 3) + [f"{spatial[-1]}.4"]
-    return _reorder(state, index, order)
+    return reorder_to(state, index, order)
 
 
 def _split_root_stages(state: State, done: set[int], partials: set[int]) -> State:
@@ -303,5 +295,5 @@ def _split_root_stages(state: State, done: set[int], partials: set[int]) -> Stat
             spatial = [a.name for a in op.axes[:-1]]
             reduce = [a.name for a in op.reduce_axes]
             names = [*spatial, f"{last.name}.0", *reduce, f"{last.name}.1"]
-            state = _reorder(state, index, names)
+            state = reorder_to(state, index, names)
     return state

@@ -70,8 +70,8 @@ from ember.schedule.steps import (
     ComputeAtStep,
     ComputeInlineStep,
     FuseStep,
-    ReorderStep,
     SplitStep,
+    reorder_to,
 )
 from ember.target import Target
 from ember.te.dag import ComputeDAG
@@ -421,7 +421,7 @@ def _tile_output(
         tile_iters.insert(0, f"{row}.1")
     if channels_outer:
         outer.insert(0, outer.pop())
-    state = _reorder(state, index, [*outer, *tile_iters])
+    state = reorder_to(state, index, [*outer, *tile_iters])
     state = _parallelize(state, index, len(outer), work, target)
     return _annotate_tile(state, index, tile_iters, tile)
 
@@ -441,7 +441,7 @@ def _tile_accumulator(state: State, index: int, tile: _Tile) -> State:
     tile_iters = ([row] if row is not None and tile.rows > 1 else []) + inner
     spatial = [a.name for a in op.axes if a.name not in tile_iters and a.name != last_name]
     reduce = [a.name for a in op.reduce_axes]
-    state = _reorder(state, index, [*spatial, *reduce, *tile_iters])
+    state = reorder_to(state, index, [*spatial, *reduce, *tile_iters])
     return _annotate_tile(state, index, tile_iters, tile)
 
 
@@ -485,7 +485,7 @@ def _schedule_reduction(state: State, index: int, target: Target) -> State:
     reduce = [a.name for a in op.reduce_axes]
     if lanes > 1:
         state = SplitStep(index, len(op.axes) - 1, (lanes,)).apply(state)
-        state = _reorder(state, index, [*spatial, f"{last.name}.0", *reduce, f"{last.name}.1"])
+        state = reorder_to(state, index, [*spatial, f"{last.name}.0", *reduce, f"{last.name}.1"])
         state = AnnotationStep(index, len(spatial) + 1 + len(reduce), Annotation.VECTORIZE).apply(
             state
         )
@@ -527,15 +527,6 @@ def _parallelize(state: State, index: int, outer: int, work: int, target: Target
 
 
 # -- step helpers --------------------------------------------------------------------
-
-
-def _reorder(state: State, index: int, names: Sequence[str]) -> State:
-    """Reorder the stage's iterators to `names` (all of them) if not already so."""
-    stage = state.stages[index]
-    order = tuple(stage.iter_index(name) for name in names)
-    if order == tuple(range(len(stage.iters))):
-        return state
-    return ReorderStep(index, order).apply(state)
 
 
 def _work(stage: Stage) -> int:

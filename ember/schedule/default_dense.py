@@ -48,8 +48,8 @@ from ember.schedule.steps import (
     ComputeAtStep,
     ComputeInlineStep,
     FuseStep,
-    ReorderStep,
     SplitStep,
+    reorder_to,
 )
 from ember.target import Target
 from ember.te.expr import Reduce, TensorRead, Var
@@ -159,7 +159,7 @@ def _tile_output(
         tile.insert(0, f"{names[rows_axis]}.1")
     elif rows_axis is not None:
         outer.append(names[rows_axis])
-    state = _reorder(state, index, [*outer, *tile])
+    state = reorder_to(state, index, [*outer, *tile])
     if len(outer) > 1:
         state = FuseStep(index, tuple(range(len(outer)))).apply(state)
     return _annotate_tile(state, index, 1)
@@ -177,7 +177,7 @@ def _tile_accumulators(state: State, index: int, rows_axis: int | None, lanes: i
         tile.insert(0, op.axes[rows_axis].name)
     spatial = [axis.name for axis in op.axes if axis.name not in tile and axis.name != column]
     reduce = [axis.name for axis in op.reduce_axes]
-    state = _reorder(state, index, [*spatial, *reduce, *tile])
+    state = reorder_to(state, index, [*spatial, *reduce, *tile])
     return _annotate_tile(state, index, len(spatial) + len(reduce))
 
 
@@ -202,11 +202,3 @@ def _parallelize(state: State, index: int, work: int, target: Target) -> State:
 
 def _index_of(state: State, tensor: Tensor) -> int:
     return next(i for i, s in enumerate(state.stages) if s.tensor is tensor)
-
-
-def _reorder(state: State, index: int, names: list[str]) -> State:
-    stage = state.stages[index]
-    order = tuple(stage.iter_index(name) for name in names)
-    if order == tuple(range(len(stage.iters))):
-        return state
-    return ReorderStep(index, order).apply(state)

@@ -563,6 +563,16 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def reorder_to(state: State, index: int, names: Sequence[str]) -> State:
+    """Reorder stage `index`'s iterators to `names` (all of them, outermost first);
+    no step when they already are in that order."""
+    stage = state.stages[index]
+    order = tuple(stage.iter_index(name) for name in names)
+    if order == tuple(range(len(stage.iters))):
+        return state
+    return ReorderStep(index, order).apply(state)
+
+
 def replay(dag: ComputeDAG, steps: Sequence[Step]) -> State:
     """Apply `steps` in order to the initial state of `dag`."""
     state = State.initial(dag)
