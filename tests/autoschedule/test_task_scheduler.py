@@ -4,66 +4,21 @@ printed table, and the errors a user can cause."""
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from fake_measure import SMALL_SEARCH, FakeBuilder, FakeRunner, dense_relu_task
 
-from ember import te
 from ember.autoschedule import RecordToFile, SearchTask, load_records
-from ember.autoschedule.measure import BuildResult, MeasureInput, MeasureResult
-from ember.autoschedule.records import state_key
-from ember.autoschedule.search import SearchParams
+from ember.autoschedule.measure import MeasureResult
+from ember.autoschedule.records import steps_key
 from ember.autoschedule.task_scheduler import TaskScheduler, task_tag
 from ember.autoschedule.tuning import TuningError, TuningOptions
-
-SMALL_SEARCH = SearchParams(population=24, generations=1)
-
-
-def dense_task(m: int, n: int, k: int, name: str) -> SearchTask:
-    data = te.placeholder((m, k), name="data")
-    weight = te.placeholder((n, k), name="weight")
-    rk = te.reduce_axis(k, "k")
-    dense = te.compute(
-        (m, n), lambda i, j: te.reduce_sum(data[i, rk] * weight[j, rk], rk), name="T_dense"
-    )
-    out = te.compute((m, n), lambda i, j: te.maximum(dense[i, j], 0.0), name="T_relu")
-    return SearchTask.create(te.ComputeDAG([out]), "llvm", desc=name)
-
-
-class FakeBuilder:
-    def __init__(self) -> None:
-        self.built: list[tuple[str, str]] = []
-
-    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
-        self.built += [(i.task.desc, state_key(i.state)) for i in inputs]
-        return [BuildResult("/nonexistent.so", "k_packed", ()) for _ in inputs]
-
-
-class FakeRunner:
-    """Cost = the task's scale x a pseudo-random factor of the state in [1, 2)."""
-
-    def __init__(self, scales: dict[str, float]) -> None:
-        self.scales = scales
-
-    def run(
-        self, inputs: Sequence[MeasureInput], build_results: Sequence[BuildResult]
-    ) -> list[MeasureResult]:
-        results = []
-        for i in inputs:
-            digest = hashlib.sha256(state_key(i.state).encode()).digest()
-            factor = 1 + int.from_bytes(digest[:4], "little") / 2**32
-            results.append(MeasureResult((self.scales[i.task.desc] * factor,)))
-        return results
-
-    def check(self, measure_input: MeasureInput, build_result: BuildResult) -> MeasureResult:
-        return MeasureResult(())
 
 
 @pytest.fixture(scope="module")
 def tasks() -> list[SearchTask]:
-    return [dense_task(16, 32, 24, "big"), dense_task(8, 16, 8, "small")]
+    return [dense_relu_task(16, 32, 24, "big"), dense_relu_task(8, 16, 8, "small")]
 
 
 def options(
@@ -146,7 +101,7 @@ def test_resume_measures_nothing_twice(tasks: list[SearchTask], tmp_path: Path) 
     result = second.tune(options(16, builder, runner))
     assert len(builder.built) == 16
     keys_before = {
-        (next(t.desc for t in tasks if t.workload_key == r.task.workload_key), _steps(r))
+        (next(t.desc for t in tasks if t.workload_key == r.task.workload_key), steps_key(r.steps))
         for r in records
     }
     assert not keys_before & set(builder.built)
@@ -154,12 +109,6 @@ def test_resume_measures_nothing_twice(tasks: list[SearchTask], tmp_path: Path) 
     for index, task in enumerate(tasks):
         best = min(r.mean_cost for r in records if r.task.workload_key == task.workload_key)
         assert result.best_costs[index] <= best
-
-
-def _steps(record) -> str:  # type: ignore[no-untyped-def]
-    from ember.autoschedule.records import steps_key
-
-    return steps_key(record.steps)
 
 
 def test_the_table_is_printed_each_round(

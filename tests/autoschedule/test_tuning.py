@@ -4,67 +4,16 @@ measurers: costs are a fixed function of the state, so what the loop does with t
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from fake_measure import SMALL_SEARCH, FakeBuilder, FakeRunner, dense_relu_task
 
-from ember import te
 from ember.autoschedule import ErrorKind, RecordToFile, SearchTask, load_records
-from ember.autoschedule.measure import BuildResult, MeasureInput, MeasureResult
+from ember.autoschedule.measure import MeasureResult
 from ember.autoschedule.records import MeasureRecord, state_key
-from ember.autoschedule.search import SearchParams
 from ember.autoschedule.tuning import TaskTuner, TuningError, TuningOptions, apply_best
-from ember.schedule import State
-
-SMALL_SEARCH = SearchParams(population=24, generations=1)
-
-
-def dense_task(m: int = 16, n: int = 32, k: int = 24) -> SearchTask:
-    data = te.placeholder((m, k), name="data")
-    weight = te.placeholder((n, k), name="weight")
-    rk = te.reduce_axis(k, "k")
-    dense = te.compute(
-        (m, n), lambda i, j: te.reduce_sum(data[i, rk] * weight[j, rk], rk), name="T_dense"
-    )
-    out = te.compute((m, n), lambda i, j: te.maximum(dense[i, j], 0.0), name="T_relu")
-    return SearchTask.create(te.ComputeDAG([out]), "llvm", desc="dense_relu")
-
-
-def fake_cost(state: State) -> float:
-    digest = hashlib.sha256(state_key(state).encode()).digest()
-    return 1e-3 * (1 + int.from_bytes(digest[:4], "little") / 2**32)
-
-
-class FakeBuilder:
-    def __init__(self) -> None:
-        self.built: list[str] = []
-
-    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
-        self.built += [state_key(i.state) for i in inputs]
-        return [BuildResult("/nonexistent/candidate.so", "k_packed", ()) for _ in inputs]
-
-
-class FakeRunner:
-    """Costs from `fake_cost`; `check` calls states in `wrong` wrong."""
-
-    def __init__(self, wrong: set[str] | None = None) -> None:
-        self.wrong = wrong or set()
-        self.checked: list[str] = []
-
-    def run(
-        self, inputs: Sequence[MeasureInput], build_results: Sequence[BuildResult]
-    ) -> list[MeasureResult]:
-        return [MeasureResult((fake_cost(i.state),)) for i in inputs]
-
-    def check(self, measure_input: MeasureInput, build_result: BuildResult) -> MeasureResult:
-        key = state_key(measure_input.state)
-        self.checked.append(key)
-        if key in self.wrong:
-            return MeasureResult((), ErrorKind.WRONG_ANSWER, "max abs error 1.0")
-        return MeasureResult(())
 
 
 def options(trials: int, per_round: int = 8, **kwargs: object) -> TuningOptions:
@@ -85,7 +34,7 @@ def tune(task: SearchTask, opts: TuningOptions, **kwargs: object):  # type: igno
 
 
 def test_the_budget_is_spent_in_rounds_and_no_state_is_measured_twice(tmp_path: Path) -> None:
-    task = dense_task()
+    task = dense_relu_task()
     rounds: list[int] = []
     log = tmp_path / "log.json"
     builder = FakeBuilder()
@@ -94,7 +43,7 @@ def test_the_budget_is_spent_in_rounds_and_no_state_is_measured_twice(tmp_path: 
     )
     result = tune(task, opts)
     assert rounds == [8, 8, 8, 6]
-    assert len(builder.built) == len(set(builder.built)) == 30
+    assert len(builder.built) == len(set(builder.keys)) == 30
     records = load_records(log)
     assert len(records) == 30
     best = min(records, key=lambda r: r.mean_cost)
@@ -105,7 +54,7 @@ def test_the_budget_is_spent_in_rounds_and_no_state_is_measured_twice(tmp_path: 
 
 
 def test_a_wrong_fastest_candidate_is_recorded_and_never_best() -> None:
-    task = dense_task()
+    task = dense_relu_task()
     # Find what the first round measures, then rerun with its fastest made wrong.
     first = tune(task, options(8))
     assert first.best_state is not None
@@ -123,13 +72,13 @@ def test_a_wrong_fastest_candidate_is_recorded_and_never_best() -> None:
 
 def test_only_candidates_faster_than_the_best_are_checked() -> None:
     runner = FakeRunner()
-    tune(dense_task(), options(32, runner=runner))
+    tune(dense_relu_task(), options(32, runner=runner))
     # At least the first round's best; never every candidate.
     assert 1 <= len(runner.checked) < 32
 
 
 def test_a_resumed_run_skips_what_the_log_measured(tmp_path: Path) -> None:
-    task = dense_task()
+    task = dense_relu_task()
     log = tmp_path / "log.json"
     tune(task, options(16, measure_callbacks=[RecordToFile(log)]))
     builder = FakeBuilder()
@@ -137,7 +86,7 @@ def test_a_resumed_run_skips_what_the_log_measured(tmp_path: Path) -> None:
     first = {
         json.dumps([s.to_json() for s in r.steps], separators=(",", ":")) for r in load_records(log)
     }
-    assert len(first) == 16 and not first & set(builder.built)
+    assert len(first) == 16 and not first & set(builder.keys)
     assert resumed.best_cost <= min(r.mean_cost for r in load_records(log))
 
 
@@ -150,12 +99,14 @@ def test_early_stopping_ends_a_task_without_improvement() -> None:
             scale = 1.0 if self.rounds == 1 else 10.0
             return [MeasureResult(tuple(c * scale for c in r.costs)) for r in results]
 
-    result = tune(dense_task(), options(200, per_round=4, runner=SlowerLater(), early_stopping=8))
+    result = tune(
+        dense_relu_task(), options(200, per_round=4, runner=SlowerLater(), early_stopping=8)
+    )
     assert result.stats.trials == 12  # 4 to find a best, then 8 without improvement
 
 
 def test_tuner_rounds_are_usable_one_at_a_time() -> None:
-    task = dense_task()
+    task = dense_relu_task()
     tuner = TaskTuner(task, search_params=SMALL_SEARCH, seed=1)
     records = tuner.round(5, FakeBuilder(), FakeRunner(), [])
     assert len(records) == 5 and tuner.trials == 5
@@ -168,6 +119,6 @@ def test_bad_options_and_missing_records_are_explained(tmp_path: Path) -> None:
         TuningOptions(num_measure_trials=0)
     with pytest.raises(TuningError, match="early_stopping"):
         TuningOptions(early_stopping=0)
-    task = dense_task()
+    task = dense_relu_task()
     with pytest.raises(TuningError, match="has no valid record for task dense_relu"):
         apply_best(task, [])
