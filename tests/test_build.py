@@ -159,12 +159,20 @@ def test_metadata_describes_the_original_graph() -> None:
     for entry in meta["params"]:
         array = library.params[entry["name"]]
         assert list(array.shape) == entry["shape"] and str(array.dtype) == entry["dtype"]
-    # The classifier's weight, packed for the target's vectors (pack_weights): 1000
-    # outputs in 125 blocks of 8 (one row: no padding to 16), K = 512 inside.
-    packed = [entry for entry in meta["params"] if "layout" in entry]
-    assert packed == [
-        {"name": "fc_weight_NK8n", "shape": [125, 512, 8], "dtype": "float32", "layout": "NK8n"}
-    ]
+    # Weights packed for the target's vectors (pack_weights): the classifier's 1000
+    # outputs in 125 blocks of 8 (one row: no padding to 16), K = 512 inside; every
+    # conv's output channels in blocks of the vector lanes, [O/b, H, W, I, b].
+    packed = {entry["name"]: entry for entry in meta["params"] if "layout" in entry}
+    assert packed.pop("fc_weight_NK8n") == {
+        "name": "fc_weight_NK8n",
+        "shape": [125, 512, 8],
+        "dtype": "float32",
+        "layout": "NK8n",
+    }
+    lanes = ember.Target("llvm").lanes("float32")
+    assert len(packed) == 20  # the stem, 16 3x3 convs, 3 1x1 shortcut convs
+    for entry in packed.values():
+        assert entry["layout"] == f"OHWI{lanes}o" and entry["shape"][-1] == lanes
     plan = meta["memory_plan"]
     assert 0 < plan["arena_bytes"] < plan["total_bytes"]
     groups = meta["groups"]

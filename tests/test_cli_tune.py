@@ -18,8 +18,10 @@ import pytest
 from onnx_models import one_node_model
 
 from ember.autoschedule import load_records
+from ember.autoschedule.measure import Timing
 from ember.autoschedule.records import MeasureRecord, steps_key
-from ember.cli import main
+from ember.cli import build_parser, main
+from ember.cli_commands import tune as tune_command
 
 REPO = Path(__file__).resolve().parents[1]
 # The built-in MLP on 1 x 3 x 8 x 8 images: 4 tasks, each measured in milliseconds.
@@ -138,6 +140,30 @@ def test_ctrl_c_stops_cleanly_with_the_log_intact(tmp_path: Path) -> None:
     assert len(load_records(log)) >= len(lines) - 1 >= 3
 
 
+@pytest.mark.parametrize(
+    ("options", "timing", "settings"),
+    [
+        ([], Timing.WARM, (3, 1, 100.0)),
+        (["--timing", "warm"], Timing.WARM, (3, 1, 100.0)),
+        (["--timing", "cold-weights"], Timing.COLD_WEIGHTS, (1, 10, 0.0)),
+        (["--timing", "cold"], Timing.COLD, (1, 10, 0.0)),
+        (["--cpu-cache-flush"], Timing.COLD, (1, 10, 0.0)),
+        (["--cpu-cache-flush", "--no-cpu-cache-flush"], Timing.WARM, (3, 1, 100.0)),
+        (["--timing", "cold-weights", "--number", "2"], Timing.COLD_WEIGHTS, (2, 10, 0.0)),
+        (["--min-repeat-ms", "5", "--repeat", "4"], Timing.WARM, (3, 4, 5.0)),
+    ],
+)
+def test_timing_options_and_their_defaults(
+    options: list[str], timing: Timing, settings: tuple[int, int, float], tmp_path: Path
+) -> None:
+    argv = ["tune", *SMALL_MLP, *options, "-o", str(tmp_path / "log.json")]
+    args = build_parser().parse_args(argv)
+    tune_command._check_options(args)
+    runner = tune_command.local_runner(args)
+    assert runner.timing is timing
+    assert (runner.number, runner.repeat, runner.min_repeat_ms) == settings
+
+
 # -- errors a user can cause ---------------------------------------------------------------
 
 
@@ -182,6 +208,17 @@ def test_bad_numbers_are_usage_errors(
     assert message in err
 
 
+def test_unknown_timing_lists_the_choices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tune", *SMALL_MLP, "--timing", "hot", "-o", str(tmp_path / "log.json")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    # (Python versions quote the choices differently.)
+    assert "invalid choice: 'hot'" in err and "cold-weights" in err
+
+
 def test_bad_target_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(capsys, "tune", *SMALL_MLP, "--target", "tpu", "-o", tmp_path / "l")
     assert code == 2
@@ -216,5 +253,6 @@ def test_tune_is_registered_in_help(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for option in ("--trials", "--per-round", "--tuning-records", "--early-stopping",
                    "--timeout", "--number", "--repeat", "--min-repeat-ms", "--parallel",
-                   "--include-simple-tasks", "--cost-model", "--strategy", "--seed"):  # fmt: skip
+                   "--include-simple-tasks", "--cost-model", "--strategy", "--seed",
+                   "--timing", "{warm,cold-weights,cold}", "--cpu-cache-flush"):  # fmt: skip
         assert option in out

@@ -281,6 +281,24 @@ CASES += [
     case("dense_pack", [rand(24), rand(2, 24, 16, seed=1)]),
     case("dense_pack", [rand(9, 12), rand(3, 12, 4, seed=1)]),
     case("matmul", [rand(3, 10, 12), rand(3, 12, 64, seed=1)], data=2, epilogue="last"),
+    # conv_pack: blocks of 16 (a tile of two vectors reads two blocks), of 8, strided.
+    case(
+        "conv_pack",
+        [rand(1, 9, 9, 24), rand(2, 3, 3, 24, 16, seed=1)],
+        ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1, "NHWC", "HWIO"),
+        epilogue="last",
+    ),
+    case(
+        "conv_pack",
+        [rand(2, 10, 11, 5), rand(3, 3, 3, 5, 8, seed=1)],
+        ConvAttrs((2, 2), (1, 0, 1, 1), (1, 1), 1, "NHWC", "HWIO"),
+    ),
+    case(
+        "conv_pack",
+        [rand(1, 7, 7, 64), rand(4, 1, 1, 64, 16, seed=1)],
+        ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "NHWC", "HWIO"),
+        epilogue="last",
+    ),
     case("matmul", [rand(24), rand(2, 24, 32, seed=1)], data=2),
 ]
 

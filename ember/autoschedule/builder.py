@@ -68,8 +68,11 @@ def build_candidate(request: BuildRequest) -> BuildResult:
         func = lower(measure_input.state, KERNEL_NAME)
         source = kernel_source(func)
         outputs = output_args(func)
+        # `lower` passes the DAG's inputs first, in order: position = input index.
+        weights = measure_input.task.weight_inputs
         args = tuple(
-            ArgSpec(tuple(int(n) for n in b.shape), b.dtype, b in outputs) for b in func.args
+            ArgSpec(tuple(int(n) for n in b.shape), b.dtype, b in outputs, i in weights)
+            for i, b in enumerate(func.args)
         )
         symbol = entry_symbols(func)[1]
     except Exception as error:  # any failure to lower is the candidate's

@@ -11,7 +11,8 @@ A builder turns each candidate State into a shared library exporting the packed 
 of its kernel (`ember.codegen.c.entry_symbols`); a runner times that entry on the
 device. Both are behind small protocols so a remote runner (an RPC device farm) plugs
 into the same tuning loop. The implementations live in `ember.autoschedule.builder`
-and `ember.autoschedule.runner`.
+and `ember.autoschedule.runner`; `Timing` names what a runner leaves in the CPU caches
+when a timed run starts.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Protocol
 
 from ember.autoschedule.records import ErrorKind, MeasureRecord, RecordResult, RecordTask
@@ -39,11 +41,32 @@ class MeasureInput:
 
 @dataclass(frozen=True, slots=True)
 class ArgSpec:
-    """One buffer argument of a compiled candidate, in call order."""
+    """One buffer argument of a compiled candidate, in call order. `is_weight`: one of
+    the task's constant params (`SearchTask.weight_inputs`)."""
 
     shape: tuple[int, ...]
     dtype: str
     is_output: bool
+    is_weight: bool = False
+
+
+class Timing(Enum):
+    """What is in the CPU caches when a candidate's timed run starts."""
+
+    # Everything the kernel touched in the run before: runs repeated in a loop.
+    WARM = "warm"
+    # All but its weights, evicted to memory before each run: a kernel in a network
+    # (its input just written by the previous kernel, the weights streamed).
+    COLD_WEIGHTS = "cold-weights"
+    # Nothing: the last-level cache flushed before each timed batch (TVM's
+    # enable_cpu_cache_flush).
+    COLD = "cold"
+
+    @property
+    def default_settings(self) -> tuple[int, int, float]:
+        """A runner's (number, repeat, min_repeat_ms) for this timing: warm, runs grown
+        to 100 ms; cold, 10 single calls, each timed after its eviction."""
+        return (3, 1, 100.0) if self is Timing.WARM else (1, 10, 0.0)
 
 
 @dataclass(frozen=True, slots=True)

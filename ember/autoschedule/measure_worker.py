@@ -2,7 +2,8 @@
 by `LocalRunner`, never imported by the tuner).
 
 For each request it loads the candidate's library, looks up its packed entry, and
-either times it with `ember_measure` (c/measure.c, the C timing loop) or runs it once
+either times it with `ember_measure` (c/measure.c, the C timing loop; with cold
+weights it is told each argument's size and which are weights) or runs it once
 and sends the outputs back; then it unloads the library, so thousands of candidates do
 not pile up in this process. Arguments come from `reference_arguments`, cached by the
 argument list (a task's candidates share one), outputs poisoned before a check run so
@@ -46,7 +47,10 @@ class Measurer:
             ctypes.c_int32,
             ctypes.c_int32,
             ctypes.c_double,
-            ctypes.c_int32,
+            ctypes.c_int32,  # flush_cache
+            ctypes.c_int32,  # cold_weights
+            ctypes.POINTER(ctypes.c_int64),  # arg_bytes
+            ctypes.POINTER(ctypes.c_int32),  # arg_is_weight
             ctypes.c_double,
             ctypes.POINTER(ctypes.c_double),
             ctypes.POINTER(ctypes.c_int32),
@@ -79,6 +83,9 @@ class Measurer:
     def _time(self, address: int, request: TimeRequest) -> WorkerReply:
         arrays = self._cached_arguments(request.args)
         pointers = _pointers(arrays)
+        count = max(1, len(arrays))
+        arg_bytes = (ctypes.c_int64 * count)(*(a.nbytes for a in arrays))
+        arg_is_weight = (ctypes.c_int32 * count)(*(int(spec.is_weight) for spec in request.args))
         seconds = (ctypes.c_double * request.repeat)()
         kernel_status = ctypes.c_int32(0)
         status = self._measure(
@@ -89,6 +96,9 @@ class Measurer:
             request.repeat,
             request.min_repeat_ms,
             int(request.flush_cache),
+            int(request.cold_weights),
+            arg_bytes,
+            arg_is_weight,
             request.cooldown_ms,
             seconds,
             ctypes.byref(kernel_status),

@@ -10,9 +10,19 @@ signal, one that runs past `timeout` seconds a TIMEOUT result; either way the he
 is killed, reaped and started again for the next candidate. The helper loads the
 candidate's library, and a C loop (`c/measure.c`, the timing loop of the runtime's
 `ember_benchmark`) calls its packed entry: a warm-up call, then `repeat` repeats of
-`number` calls, `number` growing until a repeat lasts `min_repeat_ms`, with the
-last-level cache evicted before each timed batch if `enable_cpu_cache_flush` and
-`cooldown_interval` seconds of sleep between repeats.
+`number` calls, `number` growing until a repeat lasts `min_repeat_ms`, and
+`cooldown_interval` seconds of sleep between repeats. What the caches hold when a timed
+call starts (`Timing`):
+
+- warm (the default): whatever the call before left there;
+- `cold_weights`: the same, except the kernel's weight arguments (`ArgSpec.is_weight`:
+  the task's constant params), evicted to memory before every call, untimed; each call
+  is timed on its own (so every timed call is a cold one, whatever `number`);
+- `enable_cpu_cache_flush`: nothing; the last-level cache is flushed before each timed
+  batch (use number=1: the flush only reaches a batch's first call).
+
+`timing` tells which (`Timing.default_settings`: number, repeat, min_repeat_ms to go
+with it); asking for both cold modes is an error.
 
 Inputs are `reference_arguments` (see `ember.autoschedule.reference`), made once per
 argument list and reused for every candidate of a task. OpenMP kernels run with the
@@ -32,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ember.autoschedule.measure import ArgSpec, BuildResult, MeasureInput, MeasureResult
+from ember.autoschedule.measure import ArgSpec, BuildResult, MeasureInput, MeasureResult, Timing
 from ember.autoschedule.records import ErrorKind
 from ember.autoschedule.reference import compare_outputs, reduction_length, reference_arguments
 from ember.autoschedule.task import SearchTask
@@ -63,6 +73,7 @@ class TimeRequest:
     repeat: int
     min_repeat_ms: float
     flush_cache: bool
+    cold_weights: bool
     cooldown_ms: float
 
 
@@ -86,11 +97,15 @@ class WorkerReply:
     outputs: tuple[np.ndarray, ...] = ()
 
 
+def timer_source() -> str:
+    """`c/measure.c` with what Ember prepends to it (the timing loop)."""
+    source = resources.files("ember.autoschedule").joinpath("c", "measure.c")
+    return _FEATURES + timing_header() + source.read_text(encoding="utf-8")
+
+
 def timer_library() -> Path:
     """The compiled `c/measure.c` (through the toolchain's content-hash cache)."""
-    source = resources.files("ember.autoschedule").joinpath("c", "measure.c")
-    text = source.read_text(encoding="utf-8")
-    return compile_shared([_FEATURES + timing_header() + text], "llvm")
+    return compile_shared([timer_source()], "llvm")
 
 
 class LocalRunner:
@@ -106,17 +121,31 @@ class LocalRunner:
         timeout: float = 10.0,
         enable_cpu_cache_flush: bool = False,
         cooldown_interval: float = 0.0,
+        cold_weights: bool = False,
     ) -> None:
         _check_settings(number, repeat, min_repeat_ms, timeout, cooldown_interval)
+        if enable_cpu_cache_flush and cold_weights:
+            raise MeasureError(
+                "enable_cpu_cache_flush and cold_weights are two timings: the first evicts "
+                "everything, the second only the weights; choose one"
+            )
         self.number = number
         self.repeat = repeat
         self.min_repeat_ms = float(min_repeat_ms)
         self.timeout = float(timeout)
         self.enable_cpu_cache_flush = enable_cpu_cache_flush
+        self.cold_weights = cold_weights
         self.cooldown_interval = float(cooldown_interval)
         self._slot = _WorkerSlot()
         self._references: dict[tuple[str, tuple[ArgSpec, ...]], list[np.ndarray]] = {}
         self._finalizer = weakref.finalize(self, self._slot.stop)
+
+    @property
+    def timing(self) -> Timing:
+        """What the caches hold when a timed call starts (see the module docstring)."""
+        if self.enable_cpu_cache_flush:
+            return Timing.COLD
+        return Timing.COLD_WEIGHTS if self.cold_weights else Timing.WARM
 
     def __enter__(self) -> LocalRunner:
         return self
@@ -170,6 +199,7 @@ class LocalRunner:
             self.repeat,
             self.min_repeat_ms,
             self.enable_cpu_cache_flush,
+            self.cold_weights,
             self.cooldown_interval * 1e3,
         )
         reply = self._call(measure_input.task, request)

@@ -10,15 +10,15 @@ sketches from these answers, `annotate` and `mutate` size their choices with the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 from ember.autoschedule.hardware import HardwareParams
 from ember.loop.analysis import linear_coefficients
+from ember.schedule.default import contiguous_in
 from ember.schedule.lower import expanded_body, loop_readers
 from ember.schedule.state import FuseRelation, Location, SplitRelation, Stage, State
-from ember.te.expr import Binary, BinaryOp, Const, Expr, Reduce, Select, TensorRead, Var
+from ember.te.expr import Reduce, Select, TensorRead, Var
 from ember.te.tensor import Tensor
-from ember.te.visit import free_vars, map_expr, walk
+from ember.te.visit import free_vars, walk
 
 # A reduction whose spatial extent is below the cores and whose reduction is at least
 # this long gets an rfactor sketch: its partial sums give the vectors and threads.
@@ -124,32 +124,6 @@ def _broadcasts_from(state: State, reader: int, tensor: Tensor) -> bool:
         if not vector or any(innermost in free_vars(i) for i in read.indices[:-1]):
             return True
     return False
-
-
-def contiguous_in(reads: Sequence[TensorRead], var: Var, lanes: int) -> bool:
-    """Whether every read steps by 0 or 1 element along `var` within an aligned vector
-    of `lanes`: `var` only in the last index, with stride 0 or 1. `var // d` and
-    `var % d` with `d` a multiple of `lanes` count as lane-invariant and as `var`
-    (a packed weight's block, a grouped conv's group)."""
-    group = Var(f"{var.name}.group")
-
-    def per_lane(node: Expr) -> Expr | None:
-        match node:
-            case Binary(BinaryOp.FLOOR_DIV, Var() as a, Const(d)) if a == var:
-                return group if int(d) % lanes == 0 else None
-            case Binary(BinaryOp.FLOOR_MOD, Var() as a, Const(d)) if a == var:
-                return var if int(d) % lanes == 0 else None
-        return None
-
-    for read in reads:
-        indices = [map_expr(i, per_lane) for i in read.indices]
-        if any(var in free_vars(i) for i in indices[:-1]):
-            return False
-        if indices:
-            linear = linear_coefficients(indices[-1], var)
-            if linear is None or linear[0] not in (0, 1):
-                return False
-    return True
 
 
 def dtype_bytes(dtype: str) -> int:

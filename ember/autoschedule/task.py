@@ -8,7 +8,9 @@ A task is the ComputeDAG of one fused group plus the target and its hardware
 parameters. The graph goes through exactly the passes `ember.build` runs
 (`ember.build.optimize`, then `fuse`), so every task is a kernel the build will
 compile; groups with the same workload key are one task, and its weight counts them
-(end-to-end latency ~ sum(latency[t] * weight[t])).
+(end-to-end latency ~ sum(latency[t] * weight[t])). A task also knows which DAG inputs
+are the group's constant params (`weight_inputs`), so a runner can time a candidate
+with its weights cold and its activations warm, as in the network.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ember.autoschedule.hardware import HardwareParams
+from ember.errors import EmberError
 from ember.graph.ir import Graph
 from ember.graph.passes import FusedGroup, GroupKind, fuse
 from ember.target import Target
@@ -38,7 +41,9 @@ if TYPE_CHECKING:  # the tuning modules import this one
 @dataclass(frozen=True, slots=True)
 class SearchTask:
     """One DAG to tune for one target. Equal tasks have the same workload key, target
-    and hardware parameters (the DAG is determined by the key)."""
+    and hardware parameters (the DAG is determined by the key). `weight_inputs`: the
+    positions in `compute_dag.inputs` of the constant params (weights), not part of
+    the identity."""
 
     compute_dag: ComputeDAG = field(compare=False)
     workload_key: str
@@ -46,6 +51,7 @@ class SearchTask:
     hardware_params: HardwareParams
     flop_count: int = field(compare=False)
     desc: str = field(default="", compare=False)  # the first group's name
+    weight_inputs: frozenset[int] = field(default=frozenset(), compare=False)
 
     @classmethod
     def create(
@@ -54,11 +60,19 @@ class SearchTask:
         target: Target | str,
         hardware_params: HardwareParams | None = None,
         desc: str = "",
+        weight_inputs: Iterable[int] = (),
     ) -> SearchTask:
-        """A task for `dag`; hardware parameters detected from `target` unless given."""
+        """A task for `dag`; hardware parameters detected from `target` unless given.
+        `weight_inputs`: positions in `dag.inputs` of its constant params."""
         target = target if isinstance(target, Target) else Target(target)
         params = hardware_params or HardwareParams.for_target(target)
-        return cls(dag, dag.workload_key, target, params, dag.flop_count, desc)
+        positions = frozenset(weight_inputs)
+        if not all(0 <= index < len(dag.inputs) for index in positions):
+            raise EmberError(
+                f"weight_inputs {sorted(positions)} must be positions in the DAG's "
+                f"{len(dag.inputs)} inputs"
+            )
+        return cls(dag, dag.workload_key, target, params, dag.flop_count, desc, positions)
 
     def tune(
         self,
@@ -91,7 +105,9 @@ def extract_tasks(
     Tasks come in the order their first group runs. Simple groups (no reduction:
     layout transposes, reshapes, elementwise-only groups) are left out unless
     `include_simple_tasks`: their default schedule is already memory-bound and close
-    to the best. Groups no kernel expresses (run by a C helper) are never tasks."""
+    to the best. Groups no kernel expresses (run by a C helper) are never tasks.
+    A task's `weight_inputs` are those of its first group (the inputs that are graph
+    params)."""
     # The build's own checks and passes: one code path (imported here because the
     # build applies tuning records, which depend on this package).
     from ember.build import checked_params, optimize
@@ -105,12 +121,16 @@ def extract_tasks(
     for group in fused.groups:
         if _runs_in_helper(group):
             continue
-        dag, _ = group_to_dag(group)
+        dag, values = group_to_dag(group)
         if not include_simple_tasks and is_simple(dag):
             continue
         key = dag.workload_key
         if key not in tasks:
-            tasks[key] = SearchTask.create(dag, target, hardware, desc=group.name)
+            param_names = {value.name for value in group.params}
+            weight_inputs = [i for i, value in enumerate(values) if value.name in param_names]
+            tasks[key] = SearchTask.create(
+                dag, target, hardware, desc=group.name, weight_inputs=weight_inputs
+            )
         weights[key] = weights.get(key, 0) + 1
     return list(tasks.values()), [weights[key] for key in tasks]
 

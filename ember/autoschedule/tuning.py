@@ -32,6 +32,7 @@ from ember.autoschedule.measure import (
     MeasureInput,
     MeasureResult,
     Runner,
+    Timing,
     release,
     to_record,
 )
@@ -60,7 +61,9 @@ class TuningError(EmberError):
 class TuningOptions:
     """How long and how to tune. `early_stopping`: stop a task after this many trials
     without a new best (None: never). `builder` / `runner`: a LocalBuilder and
-    LocalRunner with default settings when None (created and closed by the call)."""
+    LocalRunner with default settings when None (created and closed by the call);
+    `timing`: how that LocalRunner times candidates (with `Timing.default_settings`).
+    To time another way with your own runner, configure the runner."""
 
     num_measure_trials: int = 64
     num_measures_per_round: int = 16
@@ -69,6 +72,7 @@ class TuningOptions:
     runner: Runner | None = None
     measure_callbacks: Sequence[MeasureCallback] = ()
     verbose: int = 1
+    timing: Timing = Timing.WARM
 
     def __post_init__(self) -> None:
         for name in ("num_measure_trials", "num_measures_per_round"):
@@ -79,6 +83,17 @@ class TuningOptions:
             raise TuningError(
                 "TuningOptions.early_stopping must be None or positive, "
                 f"not {self.early_stopping!r}"
+            )
+        if not isinstance(self.timing, Timing):
+            raise TuningError(
+                f"TuningOptions.timing must be a Timing ({', '.join(map(str, Timing))}), "
+                f"not {self.timing!r}"
+            )
+        if self.runner is not None and self.timing is not Timing.WARM:
+            raise TuningError(
+                f"TuningOptions.timing={self.timing} applies to the LocalRunner the tuner "
+                "makes when runner is None; set the timing on the runner you pass instead "
+                "(e.g. LocalRunner(cold_weights=True))"
             )
 
 
@@ -287,7 +302,14 @@ def measurers(options: TuningOptions) -> tuple[Builder, Runner, list[_Closable]]
         builder = local_builder
     runner = options.runner
     if runner is None:
-        local_runner = LocalRunner()
+        number, repeat, min_repeat_ms = options.timing.default_settings
+        local_runner = LocalRunner(
+            number,
+            repeat,
+            min_repeat_ms,
+            enable_cpu_cache_flush=options.timing is Timing.COLD,
+            cold_weights=options.timing is Timing.COLD_WEIGHTS,
+        )
         owned.append(local_runner)
         runner = local_runner
     return builder, runner, owned

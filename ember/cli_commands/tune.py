@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ember.autoschedule.measure import Timing
 from ember.cli_commands.common import add_model_arguments, format_count, load_model, parse_shapes
 from ember.errors import UsageError
 from ember.target import Target
@@ -73,15 +74,16 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 def _measure_defaults(args: argparse.Namespace) -> None:
-    """Warm timing (the default) repeats runs for 100 ms; cold-cache timing measures
-    single runs, each after a flush (a flush only reaches the first run of a repeat)."""
-    flush = args.cpu_cache_flush
+    """--number, --repeat and --min-repeat-ms not given: the timing's defaults (warm
+    repeats runs for 100 ms; cold timings measure 10 single runs, each after its
+    eviction)."""
+    number, repeat, min_repeat_ms = Timing(args.timing).default_settings
     if args.number is None:
-        args.number = 1 if flush else 3
+        args.number = number
     if args.repeat is None:
-        args.repeat = 10 if flush else 1
+        args.repeat = repeat
     if args.min_repeat_ms is None:
-        args.min_repeat_ms = 0.0 if flush else 100.0
+        args.min_repeat_ms = min_repeat_ms
 
 
 def _seconds(seconds: float) -> str:
@@ -154,11 +156,26 @@ def _count_lines(path: Path) -> int:
         return 0
 
 
+def local_runner(args: argparse.Namespace) -> LocalRunner:
+    """The runner the options ask for (after _check_options filled in the defaults)."""
+    from ember.autoschedule import LocalRunner
+
+    timing = Timing(args.timing)
+    return LocalRunner(
+        number=args.number,
+        repeat=args.repeat,
+        min_repeat_ms=args.min_repeat_ms,
+        timeout=args.timeout,
+        enable_cpu_cache_flush=timing is Timing.COLD,
+        cold_weights=timing is Timing.COLD_WEIGHTS,
+    )
+
+
 def _scheduler_and_options(
     args: argparse.Namespace, tasks: Sequence[SearchTask], weights: Sequence[int]
 ) -> tuple[TaskScheduler, TuningOptions, LocalBuilder, LocalRunner]:
     """The scheduler, and the options with the measurers (the caller closes them)."""
-    from ember.autoschedule import LocalBuilder, LocalRunner, RecordToFile, TuningOptions
+    from ember.autoschedule import LocalBuilder, RecordToFile, TuningOptions
     from ember.autoschedule.task_scheduler import TaskScheduler
 
     try:
@@ -176,13 +193,7 @@ def _scheduler_and_options(
             "dependencies (pip install -e .) or choose --cost-model random"
         ) from None
     builder = LocalBuilder(n_parallel=args.parallel, timeout=args.timeout)
-    runner = LocalRunner(
-        number=args.number,
-        repeat=args.repeat,
-        min_repeat_ms=args.min_repeat_ms,
-        timeout=args.timeout,
-        enable_cpu_cache_flush=args.cpu_cache_flush,
-    )
+    runner = local_runner(args)
     options = TuningOptions(
         num_measure_trials=args.trials or DEFAULT_TRIALS_PER_TASK * len(tasks),
         num_measures_per_round=args.per_round,
@@ -300,20 +311,37 @@ def _add_measure_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds a candidate may take to build, and again to run (15)",
     )
     add(
-        "--cpu-cache-flush",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="flush the CPU caches before each timed run (default off). Cold timing "
-        "suits layers that stream their weights (ResNet-18: tuned 4%% faster than with "
-        "warm timing) but misranks layers whose inputs are hot in the network "
-        "(MobileNetV2: tuned 38%% slower); see BENCHMARKS.md",
+        "--timing",
+        choices=[timing.value for timing in Timing],
+        default=Timing.WARM.value,
+        help="what the CPU caches hold when a candidate's timed run starts (default warm). "
+        "warm: everything, from the run before (runs in a loop). cold-weights: all but "
+        "the kernel's weights, evicted to memory before each run, as in a network whose "
+        "weights outgrow the last-level cache. cold: nothing, the caches flushed (suits "
+        "layers that stream their weights, ResNet-18: tuned 4%% faster than warm, but "
+        "misranks layers whose inputs are hot, MobileNetV2: 38%% slower; BENCHMARKS.md)",
     )
-    add("--number", type=int, help="runs per timed repeat (1 with the cache flush, else 3)")
-    add("--repeat", type=int, help="timed repeats per candidate (10 with the flush, else 1)")
+    # TVM's name for cold timing, kept as an alias.
+    add(
+        "--cpu-cache-flush",
+        dest="timing",
+        action="store_const",
+        const=Timing.COLD.value,
+        help="the same as --timing cold",
+    )
+    add(
+        "--no-cpu-cache-flush",
+        dest="timing",
+        action="store_const",
+        const=Timing.WARM.value,
+        help=argparse.SUPPRESS,
+    )
+    add("--number", type=int, help="runs per timed repeat (3 with warm timing, else 1)")
+    add("--repeat", type=int, help="timed repeats per candidate (1 with warm timing, else 10)")
     add(
         "--min-repeat-ms",
         type=float,
-        help="a repeat runs at least this long, raising --number (0 with the flush, else 100)",
+        help="a repeat runs at least this long, raising --number (100 ms with warm timing, else 0)",
     )
     add("--parallel", type=int, help="builder processes (default: one per CPU)")
 

@@ -176,21 +176,25 @@ def _broadcasts_from(state: State, reader: int, tensor: Tensor) -> bool:
     return False
 
 
-def _contiguous_in(reads: Sequence[TensorRead], var: Var, lanes: int = 1) -> bool:
+def contiguous_in(reads: Sequence[TensorRead], var: Var, lanes: int = 1) -> bool:
     """Whether every read steps by 0 or 1 element as `var` steps by one within a
     vector of `lanes` aligned lanes: `var` in no index but the last, and there with
-    stride 0 or 1 (a vector load or a broadcast). `var // d` with `d` a multiple of
-    `lanes` is the same in every lane (a grouped conv's input channel group)."""
+    stride 0 or 1 (a vector load or a broadcast). With `d` a multiple of `lanes` (and
+    `lanes` > 1), `var // d` is the same in every lane (a grouped conv's input channel
+    group, a packed weight's block) and `var % d` steps like `var` (the lane within a
+    packed weight's block)."""
     group = Var(f"{var.name}.group")
 
-    def lane_invariant(node: Expr) -> Expr | None:
+    def per_lane(node: Expr) -> Expr | None:
         match node:
             case Binary(BinaryOp.FLOOR_DIV, Var() as a, Const(d)) if a == var:
                 return group if lanes > 1 and int(d) % lanes == 0 else None
+            case Binary(BinaryOp.FLOOR_MOD, Var() as a, Const(d)) if a == var:
+                return var if lanes > 1 and int(d) % lanes == 0 else None
         return None
 
     for read in reads:
-        indices = [map_expr(i, lane_invariant) for i in read.indices]
+        indices = [map_expr(i, per_lane) for i in read.indices]
         if any(var in free_vars(i) for i in indices[:-1]):
             return False
         if indices:
@@ -205,7 +209,7 @@ def _vector_width(reads: Sequence[TensorRead], var: Var, extent: int, lanes: int
     `extent` along which every read is contiguous or the same in every lane, else 1."""
     width = lanes
     while width >= 4:
-        if extent % width == 0 and _contiguous_in(reads, var, width):
+        if extent % width == 0 and contiguous_in(reads, var, width):
             return width
         width //= 2
     return 1
@@ -479,7 +483,7 @@ def _schedule_reduction(state: State, index: int, target: Target) -> State:
         return state
     last = op.axes[-1]
     lanes = 1
-    if _contiguous_in(_reads(state, index), last.var):
+    if contiguous_in(_reads(state, index), last.var):
         lanes = _lanes_dividing(last.extent, _vector_lanes(state, index, target))
     spatial = [a.name for a in op.axes[:-1]]
     reduce = [a.name for a in op.reduce_axes]

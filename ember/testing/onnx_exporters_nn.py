@@ -1,6 +1,6 @@
-"""The ONNX exporter of each neural-network graph op: conv, pooling, normalisations,
-dense / matmul (and dense_pack, its weight unpacked), resize, LRN and block-sparse
-dense.
+"""The ONNX exporter of each neural-network graph op: conv (and conv_pack, its weight
+unpacked), pooling, normalisations, dense / matmul (and dense_pack, its weight
+unpacked), resize, LRN and block-sparse dense.
 
 ONNX's spatial ops are channels-first only, so channels-last nodes are wrapped in
 Transposes (`Exporter.in_channels_first`) and their constant weights are transposed
@@ -62,6 +62,34 @@ def _conv(export: Exporter, node: Node) -> None:
             pads=list(attrs.padding),
             dilations=list(attrs.dilations),
             group=attrs.groups,
+        )
+
+    export.in_channels_first(node, attrs.layout, core)
+
+
+@exporter("conv_pack")
+def _conv_pack(export: Exporter, node: Node) -> None:
+    attrs = node.attrs
+    assert isinstance(attrs, ConvAttrs)
+    weight_value = node.inputs[1]
+    blocks, *kernel, inputs, block = weight_value.shape
+    rank = len(kernel)
+    # [O/b, *kernel, I, b] -> [O/b, b, I, *kernel] -> Conv's (O, I, *kernel).
+    order = (0, rank + 2, rank + 1, *range(1, rank + 1))
+    transposed = export.transposed(weight_value, order, f"{weight_value.name}/t")
+    shape = export.ints((blocks * block, inputs, *kernel), f"{weight_value.name}/shape")
+    weight = export.emit_one("Reshape", [transposed, shape], f"{weight_value.name}/oi")
+
+    def core(data: str, output: str) -> None:
+        export.emit(
+            "Conv",
+            [data, weight],
+            [output],
+            kernel_shape=kernel,
+            strides=list(attrs.strides),
+            pads=list(attrs.padding),
+            dilations=list(attrs.dilations),
+            group=1,
         )
 
     export.in_channels_first(node, attrs.layout, core)

@@ -11,7 +11,7 @@ a plain copy when there is no padding), as in the seed's printout:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -76,9 +76,57 @@ def _conv(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType])
     per_group = weight.shape[kernel_layout.in_axis]
     if rank == 2 and attrs.groups > 1 and attrs.groups == channels and per_group == 1:
         return [_depthwise(data, weight, attrs, layout, outputs[0])]
-    out_channels = weight.shape[kernel_layout.out_axis]
-    out_per_group = out_channels // attrs.groups
     kernel = [weight.shape[axis] for axis in kernel_layout.spatial_axes]
+
+    def read_weight(f: Expr, rc: Expr, rs: Sequence[Expr]) -> Expr:
+        index: list[Expr] = [f] * weight.ndim
+        index[kernel_layout.in_axis] = rc
+        for axis, r in zip(kernel_layout.spatial_axes, rs, strict=True):
+            index[axis] = r
+        return weight[tuple(index)]
+
+    prefix = "group_conv" if attrs.groups > 1 else "conv"
+    name = f"{prefix}{rank}d_{attrs.layout.lower()}"
+    return [
+        _conv_stage(data, attrs, layout, per_group, kernel, read_weight, outputs[0].shape, name)
+    ]
+
+
+def _conv_pack(
+    inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType]
+) -> list[Tensor]:
+    """`conv_pack`: the conv's stage reading `weight[f // b, *taps, rc, f % b]`."""
+    assert isinstance(attrs, ConvAttrs)
+    data, weight = inputs
+    layout = parse_data_layout(attrs.layout, "conv_pack", data.ndim)
+    _, *kernel, per_group, block = weight.shape
+
+    def read_weight(f: Expr, rc: Expr, rs: Sequence[Expr]) -> Expr:
+        return weight[(f // block, *rs, rc, f % block)]
+
+    # Named as the unpacked conv's stage (the seed's printout); the weight read shows
+    # the packing.
+    name = f"conv{layout.spatial_rank}d_{attrs.layout.lower()}"
+    return [
+        _conv_stage(data, attrs, layout, per_group, kernel, read_weight, outputs[0].shape, name)
+    ]
+
+
+def _conv_stage(
+    data: Tensor,
+    attrs: ConvAttrs,
+    layout: DataLayout,
+    per_group: int,
+    kernel: Sequence[int],
+    read_weight: Callable[[Expr, Expr, Sequence[Expr]], Expr],
+    shape: Sequence[int],
+    name: str,
+) -> Tensor:
+    """The conv's padded input stage and its reduction; `read_weight(f, rc, taps)`
+    reads the weight of output channel `f`, input channel `rc` (within the group) and
+    kernel taps `taps`, in whatever layout the weight is."""
+    rank = layout.spatial_rank
+    out_per_group = shape[layout.channel_axis] // attrs.groups
     names = _conv_names(rank)
     padded = _padded(data, layout, attrs.padding, "pad_temp")
     rc = reduce_axis(per_group, names.reduce_channel)
@@ -95,16 +143,10 @@ def _conv(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType])
             for p, r, s, d in zip(positions, rs, attrs.strides, attrs.dilations, strict=True)
         ]
         read = padded[_in_layout(layout, n, channel, taps)]
-        weight_index: list[Expr] = [f] * weight.ndim
-        weight_index[kernel_layout.in_axis] = rc.var
-        for axis, r in zip(kernel_layout.spatial_axes, rs, strict=True):
-            weight_index[axis] = r.var
-        return reduce_sum(read * weight[tuple(weight_index)], _reduce_order(layout, rc, rs))
+        weight = read_weight(f, rc.var, [r.var for r in rs])
+        return reduce_sum(read * weight, _reduce_order(layout, rc, rs))
 
-    prefix = "group_conv" if attrs.groups > 1 else "conv"
-    name = f"{prefix}{rank}d_{attrs.layout.lower()}"
-    shape = outputs[0].shape
-    return [compute(shape, element, name, name, _axis_names_in_layout(layout, names))]
+    return compute(shape, element, name, name, _axis_names_in_layout(layout, names))
 
 
 def _reduce_order(layout: DataLayout, rc: IterVar, rs: list[IterVar]) -> list[IterVar]:
@@ -234,4 +276,8 @@ def _conv_transpose(
     return [compute(outputs[0].shape, element, name, name, axis_names)]
 
 
-DECLARATIONS: dict[str, Declaration] = {"conv": _conv, "conv_transpose": _conv_transpose}
+DECLARATIONS: dict[str, Declaration] = {
+    "conv": _conv,
+    "conv_pack": _conv_pack,
+    "conv_transpose": _conv_transpose,
+}

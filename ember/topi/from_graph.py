@@ -80,7 +80,11 @@ def _foldable_pads(nodes: Sequence[Node], outputs: Sequence[Value]) -> dict[str,
         if attrs.mode != "constant" or attrs.value != 0 or node.output.name in output_names:
             continue
         users = readers.get(node.output.name, [])
-        if len(users) != 1 or users[0].op != "conv" or users[0].inputs[0] != node.output:
+        if (
+            len(users) != 1
+            or users[0].op not in ("conv", "conv_pack")
+            or users[0].inputs[0] != node.output
+        ):
             continue
         conv = users[0]
         assert isinstance(conv.attrs, ConvAttrs)

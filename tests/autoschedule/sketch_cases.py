@@ -37,12 +37,28 @@ def _pad(data: te.Tensor, pad: int) -> te.Tensor:
 
 
 def conv2d(
-    size: int = 8, channels: int = 16, filters: int = 16, kernel: int = 3, stride: int = 1
+    size: int = 8,
+    channels: int = 16,
+    filters: int = 16,
+    kernel: int = 3,
+    stride: int = 1,
+    block: int = 0,
 ) -> te.ComputeDAG:
     """NHWC conv with padding (kernel // 2), bias and ReLU epilogue (none when strided:
-    then the conv is the output)."""
+    then the conv is the output); with `block`, the weight packed as conv_pack reads it,
+    `[filters / block, kernel, kernel, channels, block]`."""
     data = te.placeholder((1, size, size, channels), name="data")
-    weight = te.placeholder((kernel, kernel, channels, filters), name="weight")
+    if block:
+        packed = te.placeholder((filters // block, kernel, kernel, channels, block), name="weight")
+
+        def read_weight(y: te.Expr, x: te.Expr, c: te.Expr, f: te.Expr) -> te.Expr:
+            return packed[f // block, y, x, c, f % block]
+    else:
+        weight = te.placeholder((kernel, kernel, channels, filters), name="weight")
+
+        def read_weight(y: te.Expr, x: te.Expr, c: te.Expr, f: te.Expr) -> te.Expr:
+            return weight[y, x, c, f]
+
     pad = kernel // 2
     source = _pad(data, pad) if pad else data
     out = (size + 2 * pad - kernel) // stride + 1
@@ -51,7 +67,8 @@ def conv2d(
     conv = te.compute(
         (1, out, out, filters),
         lambda n, y, x, f: te.reduce_sum(
-            source[n, y * stride + ry, x * stride + rx, rc] * weight[ry, rx, rc, f], [ry, rx, rc]
+            source[n, y * stride + ry, x * stride + rx, rc] * read_weight(ry, rx, rc, f),
+            [ry, rx, rc],
         ),
         name="conv2d_nhwc",
     )
@@ -133,6 +150,7 @@ DAGS: dict[str, Callable[[], te.ComputeDAG]] = {
     "conv2d_3x3": conv2d,
     "conv2d_1x1": lambda: conv2d(kernel=1, channels=32, filters=32),
     "conv2d_strided": lambda: conv2d(size=9, stride=2),
+    "conv2d_packed": lambda: conv2d(channels=8, filters=32, block=16),
     "depthwise": depthwise,
     "dense": dense,
     "batch_matmul": batch_matmul,

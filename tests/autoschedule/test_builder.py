@@ -26,7 +26,11 @@ def tasks() -> dict[str, SearchTask]:
     graph, params = ember.testing.get_workload("resnet-18", image_shape=(3, 32, 32))
     found, _ = extract_tasks(graph, params, "llvm")
     by_desc = {task.desc: task for task in found}
-    return {"conv": by_desc["conv_add"], "pool": by_desc["max_pool"], "softmax": by_desc["softmax"]}
+    return {
+        "conv": by_desc["conv_pack_add"],
+        "pool": by_desc["max_pool"],
+        "softmax": by_desc["softmax"],
+    }
 
 
 def default_input(task: SearchTask) -> MeasureInput:

@@ -1,11 +1,13 @@
-"""LocalRunner: default-schedule candidates time and check; hand-written faulty
-candidates (a NULL dereference, an endless loop, an error status, wrong values) become
-RUNTIME / TIMEOUT / RUNTIME / WRONG_ANSWER results, and the helper process restarts
-for the next candidate; nothing is left running after close()."""
+"""LocalRunner: default-schedule candidates time and check, warm and with cold weights
+(the builder marks the weight arguments, the helper hands them to the C timer);
+hand-written faulty candidates (a NULL dereference, an endless loop, an error status,
+wrong values) become RUNTIME / TIMEOUT / RUNTIME / WRONG_ANSWER results, and the helper
+process restarts for the next candidate; nothing is left running after close()."""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,10 +17,11 @@ import pytest
 import ember
 from ember.autoschedule import HardwareParams, SearchTask, extract_tasks
 from ember.autoschedule.builder import LocalBuilder
-from ember.autoschedule.measure import ArgSpec, BuildResult, MeasureInput, release
+from ember.autoschedule.measure import ArgSpec, BuildResult, MeasureInput, Timing, release
+from ember.autoschedule.measure_worker import Measurer
 from ember.autoschedule.records import ErrorKind
 from ember.autoschedule.reference import compare_outputs, reference_arguments
-from ember.autoschedule.runner import LocalRunner, MeasureError
+from ember.autoschedule.runner import LocalRunner, MeasureError, TimeRequest, timer_library
 from ember.schedule.default import default_schedule
 from ember.target import Target
 from ember.toolchain import compile_shared
@@ -52,7 +55,9 @@ def tasks() -> dict[str, SearchTask]:
     graph, params = ember.testing.get_workload("resnet-18", image_shape=(3, 32, 32))
     found, _ = extract_tasks(graph, params, "llvm")
     by_desc = {task.desc: task for task in found}
-    return {"conv": by_desc["conv_add"], "pool": by_desc["max_pool"], "softmax": by_desc["softmax"]}
+    # A 1x1 shortcut conv with its bias (named conv_pack_add when its weights are packed).
+    conv = next(task for task in found if re.fullmatch(r"conv(_pack)?_add", task.desc))
+    return {"conv": conv, "pool": by_desc["max_pool"], "softmax": by_desc["softmax"]}
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +100,64 @@ def test_default_schedules_run_and_check(
         pid = runner._slot.worker.process.pid if runner._slot.worker else -1
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # killed and reaped: no zombie either
+
+
+def test_built_arguments_mark_the_weights(
+    built: dict[str, tuple[MeasureInput, BuildResult]],
+) -> None:
+    measure_input, conv = built["conv"]
+    # data, the conv's weights, its bias; then the output.
+    assert measure_input.task.weight_inputs == {1, 2}
+    assert [(a.is_weight, a.is_output) for a in conv.args] == [
+        (False, False),
+        (True, False),
+        (True, False),
+        (False, True),
+    ]
+    _, softmax = built["softmax"]
+    assert not any(a.is_weight for a in softmax.args)
+
+
+def test_cold_weights_timing_runs_and_checks(
+    built: dict[str, tuple[MeasureInput, BuildResult]],
+) -> None:
+    inputs = [i for i, _ in built.values()]
+    results = [r for _, r in built.values()]
+    number, repeat, min_repeat_ms = Timing.COLD_WEIGHTS.default_settings
+    assert (number, repeat, min_repeat_ms) == (1, 10, 0.0)
+    with LocalRunner(number, 3, min_repeat_ms, cold_weights=True) as runner:
+        assert runner.timing is Timing.COLD_WEIGHTS
+        measured = runner.run(inputs, results)
+        verdict = runner.check(*built["conv"])
+    for result in measured:
+        assert result.ok, result.message
+        assert len(result.costs) == 3 and all(0 < c < 1 for c in result.costs)
+    assert verdict.error is ErrorKind.NONE, verdict.message
+
+
+def test_the_helper_hands_the_weights_to_the_timer(
+    built: dict[str, tuple[MeasureInput, BuildResult]],
+) -> None:
+    """What the measure helper passes to ember_measure (run here, in this process)."""
+    _, conv = built["conv"]
+    measurer = Measurer(str(timer_library()))
+    timer = measurer._measure
+    seen: list[tuple[int, int, list[int], list[int]]] = []
+
+    def recording(*args: object) -> int:
+        count, flush, cold, sizes, weights = args[2], args[6], args[7], args[8], args[9]
+        seen.append((flush, cold, list(sizes[:count]), list(weights[:count])))  # type: ignore[index]
+        return timer(*args)
+
+    measurer._measure = recording
+    for cold_weights in (True, False):
+        request = TimeRequest(
+            str(conv.path), conv.symbol, conv.args, 2, 2, 0.0, False, cold_weights, 0.0
+        )
+        reply = measurer(request)
+        assert reply.error is ErrorKind.NONE and len(reply.costs) == 2, reply.message
+    sizes = [int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in conv.args]
+    assert seen == [(0, 1, sizes, [0, 1, 1, 0]), (0, 0, sizes, [0, 1, 1, 0])]
 
 
 def test_faulty_candidates_restart_the_worker(
@@ -210,3 +273,7 @@ def test_rejects_bad_settings() -> None:
         LocalRunner(min_repeat_ms=float("nan"))
     with pytest.raises(MeasureError, match="timeout"):
         LocalRunner(timeout=-1)
+    with pytest.raises(MeasureError, match="choose one"):
+        LocalRunner(enable_cpu_cache_flush=True, cold_weights=True)
+    assert LocalRunner(enable_cpu_cache_flush=True).timing is Timing.COLD
+    assert LocalRunner().timing is Timing.WARM

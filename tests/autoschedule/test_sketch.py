@@ -20,6 +20,10 @@ EXPECTED_RULES = {
     ],
     "conv2d_1x1": [("inline", *CACHE_WRITE_EPILOGUE)],
     # A conv that is itself the output: with and without cache_write, per padding.
+    "conv2d_packed": [
+        ("inline", "keep_padding_at_root", *CACHE_WRITE_EPILOGUE),
+        ("inline", *CACHE_WRITE_EPILOGUE),
+    ],
     "conv2d_strided": [
         ("keep_padding_at_root", "multi_level_tiling", "cache_write"),
         ("keep_padding_at_root", "multi_level_tiling"),

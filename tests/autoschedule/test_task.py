@@ -15,7 +15,7 @@ from ember.autoschedule import HardwareParams, SearchTask, extract_tasks, hardwa
 from ember.autoschedule.task import format_task, is_simple
 from ember.build import optimize
 from ember.cli import main
-from ember.errors import TargetError
+from ember.errors import EmberError, TargetError
 from ember.graph.passes import fuse
 from ember.target import Target
 from ember.testing import get_workload
@@ -60,7 +60,36 @@ def test_identical_convs_share_a_task(resnet18: tuple[list[SearchTask], list[int
     # first stage (no downsampling) the blocks' first convs match too.
     assert len(shared) == 5
     assert all("conv" in task.desc for task, _ in shared)
-    assert any(task.desc.startswith("conv_add_add_relu") for task, _ in shared)
+    assert any(task.desc.startswith("conv_pack_add_add_relu") for task, _ in shared)
+
+
+def test_weight_inputs_are_the_groups_params(
+    resnet18: tuple[list[SearchTask], list[int]],
+) -> None:
+    tasks, _ = resnet18
+    for task in tasks:
+        # Convs and denses read data, their (packed) weights, their bias; a residual
+        # add reads another group's output: an activation, not a weight.
+        expected = {1, 2} if task.desc.startswith(("conv", "dense")) else set()
+        assert task.weight_inputs == expected, task.desc
+    residual = [task for task in tasks if len(task.compute_dag.inputs) == 4]
+    assert residual and all(3 not in task.weight_inputs for task in residual)
+    graph, params = get_workload("mlp", batch_size=1)
+    mlp, _ = extract_tasks(graph, params, "llvm")
+    weights = [tuple(task.compute_dag.inputs[i].shape) for task in mlp for i in task.weight_inputs]
+    bias = {(n,) for n in (128, 64, 1000)}
+    assert len(weights) == 6 and bias <= set(weights)
+
+
+def test_weight_inputs_are_not_part_of_the_identity(
+    resnet18: tuple[list[SearchTask], list[int]],
+) -> None:
+    task = resnet18[0][0]
+    bare = SearchTask.create(task.compute_dag, task.target, task.hardware_params)
+    assert bare.weight_inputs == frozenset() and bare == task and hash(bare) == hash(task)
+    assert bare.workload_key == task.workload_key
+    with pytest.raises(EmberError, match=r"weight_inputs \[3\] must be positions in the DAG's 3"):
+        SearchTask.create(task.compute_dag, task.target, weight_inputs=[3])
 
 
 def test_simple_tasks_only_when_asked(resnet18: tuple[list[SearchTask], list[int]]) -> None:
@@ -81,11 +110,12 @@ def test_format_task_follows_the_seed(resnet18: tuple[list[SearchTask], list[int
     assert header is not None
     key = json.loads(header.group(1))
     assert re.fullmatch(r"[0-9a-f]{32}", key[0])
-    assert key[1:] == [[1, 32, 32, 3], [7, 7, 3, 64], [1, 1, 64], [1, 16, 16, 64]]
+    lanes = tasks[0].target.lanes("float32")  # the stem's weight packed in blocks of lanes
+    assert key[1:] == [[1, 32, 32, 3], [64 // lanes, 7, 7, 3, lanes], [1, 1, 64], [1, 16, 16, 64]]
     assert lines[1] == "placeholder = PLACEHOLDER [1, 32, 32, 3]"
     assert any(line.startswith("conv2d_nhwc(nn, yy, xx, ff) += (pad_temp[") for line in lines)
     assert lines[-2] == "T_relu(ax0, ax1, ax2, ax3) = max(T_add[ax0, ax1, ax2, ax3], 0f)"
-    assert lines[-1] == f"# conv_add_relu: {tasks[0].flop_count} FLOPs, weight 1"
+    assert lines[-1] == f"# conv_pack_add_relu: {tasks[0].flop_count} FLOPs, weight 1"
 
 
 def test_hardware_params_from_a_target_string() -> None:
@@ -142,7 +172,7 @@ def test_cli_tasks(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert len(re.findall(r"^========== Task \d+ \(workload key: \[", out, re.M)) == 19
     assert "conv2d_nhwc(nn, yy, xx, ff) += " in out
-    assert re.search(r"^# conv_add_add_relu\w*: \d+ FLOPs, weight 2$", out, re.M)
+    assert re.search(r"^# conv_pack_add_add_relu\w*: \d+ FLOPs, weight 2$", out, re.M)
     assert out.rstrip().endswith("19 tasks from 24 groups for target 'llvm', 75.20M FLOPs in all")
     assert main([*argv, "--include-simple-tasks"]) == 0
     assert "21 tasks from 26 groups" in capsys.readouterr().out

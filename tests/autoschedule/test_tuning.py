@@ -11,9 +11,16 @@ import pytest
 from fake_measure import SMALL_SEARCH, FakeBuilder, FakeRunner, dense_relu_task
 
 from ember.autoschedule import ErrorKind, RecordToFile, SearchTask, load_records
-from ember.autoschedule.measure import MeasureResult
+from ember.autoschedule.measure import MeasureResult, Timing
 from ember.autoschedule.records import MeasureRecord, state_key
-from ember.autoschedule.tuning import TaskTuner, TuningError, TuningOptions, apply_best
+from ember.autoschedule.runner import LocalRunner
+from ember.autoschedule.tuning import (
+    TaskTuner,
+    TuningError,
+    TuningOptions,
+    apply_best,
+    measurers,
+)
 
 
 def options(trials: int, per_round: int = 8, **kwargs: object) -> TuningOptions:
@@ -114,11 +121,28 @@ def test_tuner_rounds_are_usable_one_at_a_time() -> None:
     assert tuner.best_state is not None
 
 
+@pytest.mark.parametrize("timing", list(Timing))
+def test_the_tuners_own_runner_times_as_the_options_say(timing: Timing) -> None:
+    builder, runner, owned = measurers(TuningOptions(timing=timing))
+    try:
+        assert isinstance(runner, LocalRunner) and runner.timing is timing
+        settings = (runner.number, runner.repeat, runner.min_repeat_ms)
+        assert settings == timing.default_settings
+    finally:
+        for measurer in owned:
+            measurer.close()
+    assert len(owned) == 2 and builder in owned
+
+
 def test_bad_options_and_missing_records_are_explained(tmp_path: Path) -> None:
     with pytest.raises(TuningError, match="num_measure_trials must be a positive integer"):
         TuningOptions(num_measure_trials=0)
     with pytest.raises(TuningError, match="early_stopping"):
         TuningOptions(early_stopping=0)
+    with pytest.raises(TuningError, match=r"timing must be a Timing \(Timing.WARM, "):
+        TuningOptions(timing="cold-weights")  # type: ignore[arg-type]
+    with pytest.raises(TuningError, match="set the timing on the runner you pass"):
+        TuningOptions(runner=FakeRunner(), timing=Timing.COLD_WEIGHTS)
     task = dense_relu_task()
     with pytest.raises(TuningError, match="has no valid record for task dense_relu"):
         apply_best(task, [])

@@ -91,6 +91,26 @@ CASES = [
 ]
 
 
+def _pack_case(sizes: tuple[int, ...], channels: int, out_channels: int, block: int,
+               kernel: tuple[int, ...], strides: tuple[int, ...], padding: tuple[int, ...],
+               case_id: str):  # fmt: skip
+    """conv_pack: channels-last data, the weight as [O/b, *kernel, I, b]."""
+    layout = {1: "NWC", 2: "NHWC", 3: "NDHWC"}[len(sizes)]
+    kernel_layout = {1: "WIO", 2: "HWIO", 3: "DHWIO"}[len(sizes)]
+    attrs = ConvAttrs(strides, padding, (1,) * len(sizes), 1, layout, kernel_layout)
+    weight = random((out_channels // block, *kernel, channels, block), seed=2)
+    return pytest.param("conv_pack", [random((1, *sizes, channels), seed=1), weight], attrs,
+                        id=case_id)  # fmt: skip
+
+
+CASES += [
+    _pack_case((7, 7), 5, 32, 16, (3, 3), (1, 1), (1, 1, 1, 1), "pack"),
+    _pack_case((9, 8), 3, 8, 4, (3, 2), (2, 1), (0, 1, 1, 0), "pack-s2"),
+    _pack_case((11,), 4, 8, 8, (3,), (1,), (1, 1), "pack-1d"),
+    _pack_case((3, 4, 4), 2, 8, 4, (1, 3, 3), (1, 1, 1), (0, 1, 1, 0, 1, 1), "pack-3d"),
+]
+
+
 def _transpose_case(
     layout: str,
     channels: int,

@@ -62,30 +62,34 @@ def _check_groups(op: str, channels: int, groups: int, outputs: int) -> None:
 # -- conv ----------------------------------------------------------------------------
 
 
-def _conv_infer(inputs: Sequence[TensorType], attrs: ConvAttrs) -> tuple[TensorType, ...]:
+def conv_infer(
+    inputs: Sequence[TensorType], attrs: ConvAttrs, op: str = "conv"
+) -> tuple[TensorType, ...]:
+    """The conv's output type (`op` names the op in errors: `conv_pack` checks its
+    unpacked weight with it)."""
     data, weight = inputs
-    _check_float_operands("conv", data, weight)
-    layout = parse_data_layout(attrs.layout, "conv", data.ndim)
+    _check_float_operands(op, data, weight)
+    layout = parse_data_layout(attrs.layout, op, data.ndim)
     spatial_rank = layout.spatial_rank
-    kernel_layout = parse_kernel_layout(attrs.kernel_layout, "conv", spatial_rank)
+    kernel_layout = parse_kernel_layout(attrs.kernel_layout, op, spatial_rank)
     if weight.ndim != spatial_rank + 2:
         raise ShapeError(
-            f"conv: weight {weight} must have rank {spatial_rank + 2} "
+            f"{op}: weight {weight} must have rank {spatial_rank + 2} "
             f"(layout {attrs.kernel_layout!r}) for {spatial_rank}-d data"
         )
-    check_window_attrs("conv", spatial_rank, attrs.strides, attrs.padding, attrs.dilations)
+    check_window_attrs(op, spatial_rank, attrs.strides, attrs.padding, attrs.dilations)
     batch, channels, *sizes = permute_shape(data.shape, layout.to_channels_first)
     outputs, per_group, *kernel = permute_shape(weight.shape, kernel_layout.to_out_in_first)
-    _check_groups("conv", channels, attrs.groups, outputs)
+    _check_groups(op, channels, attrs.groups, outputs)
     if per_group * attrs.groups != channels:
         raise ShapeError(
-            f"conv: data has {channels} channels but the weight {weight.shape} "
+            f"{op}: data has {channels} channels but the weight {weight.shape} "
             f"({attrs.kernel_layout}) takes {per_group} input channels per group x "
             f"{attrs.groups} groups = {per_group * attrs.groups}; check groups and layouts"
         )
     out_sizes = [
         window_output_size(
-            "conv",
+            op,
             sizes[axis],
             kernel[axis],
             attrs.strides[axis],
@@ -99,7 +103,7 @@ def _conv_infer(inputs: Sequence[TensorType], attrs: ConvAttrs) -> tuple[TensorT
     return (TensorType(shape, data.dtype),)
 
 
-def _conv_reference(inputs: Sequence[np.ndarray], attrs: ConvAttrs) -> tuple[np.ndarray, ...]:
+def conv_reference(inputs: Sequence[np.ndarray], attrs: ConvAttrs) -> tuple[np.ndarray, ...]:
     data, weight = inputs
     layout = parse_data_layout(attrs.layout, "conv")
     kernel_layout = parse_kernel_layout(attrs.kernel_layout, "conv", layout.spatial_rank)
@@ -108,7 +112,7 @@ def _conv_reference(inputs: Sequence[np.ndarray], attrs: ConvAttrs) -> tuple[np.
     batch = x.shape[0]
     outputs, per_group, *kernel = w.shape
     groups = attrs.groups
-    (out_type,) = _conv_infer([TensorType.of(data), TensorType.of(weight)], attrs)
+    (out_type,) = conv_infer([TensorType.of(data), TensorType.of(weight)], attrs)
     out_sizes = permute_shape(out_type.shape, layout.to_channels_first)[2:]
     patches = windows(
         pad_spatial(x, attrs.padding), kernel, attrs.strides, attrs.dilations, out_sizes
@@ -131,9 +135,7 @@ def _conv_reference(inputs: Sequence[np.ndarray], attrs: ConvAttrs) -> tuple[np.
     return (from_channels_first(result, layout).astype(data.dtype),)
 
 
-def _conv_macs(
-    inputs: Sequence[TensorType], outputs: Sequence[TensorType], attrs: ConvAttrs
-) -> int:
+def conv_macs(inputs: Sequence[TensorType], outputs: Sequence[TensorType], attrs: ConvAttrs) -> int:
     # Every output element sums (input channels per group) x (kernel taps) products.
     spatial_rank = len(attrs.strides)
     kernel_layout = parse_kernel_layout(attrs.kernel_layout, "conv", spatial_rank)
@@ -267,12 +269,12 @@ register_op(
     OpDef(
         "conv",
         OpPattern.ANCHOR,
-        _conv_infer,
-        _conv_reference,
+        conv_infer,
+        conv_reference,
         attrs_type=ConvAttrs,
         min_inputs=2,
         max_inputs=2,
-        macs=_conv_macs,
+        macs=conv_macs,
         counts_macs=True,
         doc="N-d convolution (data, weight) with groups, strides, dilations, padding.",
     )

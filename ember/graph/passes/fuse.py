@@ -53,7 +53,7 @@ from ember.graph.printer import format_node
 from ember.graph.verify import verify
 
 # Anchors that take a constant pad of their data input as a prologue.
-PROLOGUE_ANCHORS = frozenset({"conv", "max_pool", "avg_pool"})
+PROLOGUE_ANCHORS = frozenset({"conv", "conv_pack", "max_pool", "avg_pool"})
 
 # A group's name lists its ops; longer chains are abbreviated after this many.
 NAME_OPS = 5

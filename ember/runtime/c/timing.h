@@ -60,16 +60,44 @@ static inline void ember_timing_sleep(double milliseconds) {
   nanosleep(&pause, NULL);
 }
 
+/* Called before each timed call, outside the timed interval: e.g. the auto-scheduler's
+ * cold-weights timing evicts the kernel's weights from the caches here. */
+typedef void (*ember_prepare_fn)(void* context);
+
+/* Seconds `runs` calls of `run` take. Without `prepare`, one interval around the whole
+ * batch; with it, `prepare` runs before each call and only the calls are timed (the sum
+ * of one interval per call). Stops at the first non-zero status, left in *status. */
+static inline double ember_timing_batch(ember_timed_fn run, void* context,
+                                        ember_prepare_fn prepare, void* prepare_context,
+                                        int64_t runs, int32_t* status) {
+  if (prepare == NULL) {
+    double start = ember_timing_now();
+    for (int64_t i = 0; i < runs && *status == 0; ++i) *status = run(context);
+    return ember_timing_now() - start;
+  }
+  double elapsed = 0.0;
+  for (int64_t i = 0; i < runs && *status == 0; ++i) {
+    prepare(prepare_context);
+    double start = ember_timing_now();
+    *status = run(context);
+    elapsed += ember_timing_now() - start;
+  }
+  return elapsed;
+}
+
 /* Runs `run` once (warm-up, and a check that it works), then `repeat` times: each
  * repeat calls it `number` times, growing `number` until one repeat lasts at least
- * min_repeat_ms, and writes the seconds per call to seconds_per_run[r]. With
- * flush_cache, the last-level cache is evicted before each timed batch; cooldown_ms
- * is slept between repeats. Returns 0, the first non-zero status of `run`, or
- * EMBER_TIMING_NO_MEMORY. The caller checks number >= 1 and repeat >= 1. */
-static inline int32_t ember_time_repeats(ember_timed_fn run, void* context, int32_t number,
-                                         int32_t repeat, double min_repeat_ms,
-                                         int32_t flush_cache, double cooldown_ms,
-                                         double* seconds_per_run) {
+ * min_repeat_ms (of timed calls), and writes the seconds per call to
+ * seconds_per_run[r]. With flush_cache, the last-level cache is evicted before each
+ * timed batch; with `prepare` (may be NULL), prepare(prepare_context) runs before each
+ * timed call, untimed; cooldown_ms is slept between repeats. Returns 0, the first
+ * non-zero status of `run`, or EMBER_TIMING_NO_MEMORY. The caller checks number >= 1
+ * and repeat >= 1. */
+static inline int32_t ember_time_prepared(ember_timed_fn run, void* context,
+                                          ember_prepare_fn prepare, void* prepare_context,
+                                          int32_t number, int32_t repeat, double min_repeat_ms,
+                                          int32_t flush_cache, double cooldown_ms,
+                                          double* seconds_per_run) {
   int32_t status = run(context);
   if (status != 0) return status;
   unsigned char* buffer = NULL;
@@ -80,9 +108,7 @@ static inline int32_t ember_time_repeats(ember_timed_fn run, void* context, int3
     if (r > 0) ember_timing_sleep(cooldown_ms);
     for (;;) {
       if (buffer != NULL) ember_timing_evict(buffer, buffer_bytes);
-      double start = ember_timing_now();
-      for (int64_t i = 0; i < runs && status == 0; ++i) status = run(context);
-      double elapsed = ember_timing_now() - start;
+      double elapsed = ember_timing_batch(run, context, prepare, prepare_context, runs, &status);
       if (status != 0) break;
       if (elapsed * 1e3 >= min_repeat_ms || runs >= 1000000000) {
         seconds_per_run[r] = elapsed / (double)runs;
@@ -93,6 +119,15 @@ static inline int32_t ember_time_repeats(ember_timed_fn run, void* context, int3
   }
   free(buffer);
   return status;
+}
+
+/* ember_time_prepared without a prepare step: a model's ember_benchmark. */
+static inline int32_t ember_time_repeats(ember_timed_fn run, void* context, int32_t number,
+                                         int32_t repeat, double min_repeat_ms,
+                                         int32_t flush_cache, double cooldown_ms,
+                                         double* seconds_per_run) {
+  return ember_time_prepared(run, context, NULL, NULL, number, repeat, min_repeat_ms,
+                             flush_cache, cooldown_ms, seconds_per_run);
 }
 
 #endif

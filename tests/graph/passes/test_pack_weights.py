@@ -1,5 +1,5 @@
 """pack_weights: golden graphs per target, block choice and padding, shared weights,
-what stays unpacked, and the layouts mod.json reports."""
+what stays unpacked, packed convs, and the layouts mod.json reports."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from ember.graph import Graph, GraphBuilder, Params
-from ember.graph.ops.packed import unpack_dense_weight
-from ember.graph.passes.pack_weights import block_size, pack_weights, packed_layouts
+from ember.graph.interpret import interpret
+from ember.graph.ops.attrs import ConvAttrs
+from ember.graph.ops.packed import unpack_conv_weight, unpack_dense_weight
+from ember.graph.passes.pack_weights import block_size, conv_block, pack_weights, packed_layouts
 from ember.target import Target
 
 AVX512 = Target("llvm -mcpu=skylake-avx512")
@@ -122,3 +124,51 @@ def test_what_stays_unpacked(check_pass) -> None:
     doubles, double_params = d.build([d.add("dense", [d.input("d", (2, 8), "float64"), weight])])
     unchanged, _ = check_pass(pack_weights, doubles, double_params, NEON)
     assert unchanged == doubles
+
+
+def convs() -> tuple[Graph, Params]:
+    """NHWC: a 3x3 conv to 32 channels (+ bias, relu), a strided 1x1 conv to 24
+    channels (blocks of 8), a depthwise conv and an NCHW conv (both left as they are)."""
+    generator = np.random.default_rng(3)
+
+    def normal(*shape: int) -> np.ndarray:
+        return generator.standard_normal(shape).astype("float32")
+
+    b = GraphBuilder("convs")
+    x = b.input("x", (1, 8, 8, 3))
+    nhwc = ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1, "NHWC", "HWIO")
+    y = b.add("conv", [x, b.param("c1_weight", normal(3, 3, 3, 32))], nhwc, name="c1")
+    y = b.add("relu", [b.add("add", [y, b.param("c1_bias", normal(32))])])
+    strided = ConvAttrs((2, 2), (0, 0, 0, 0), (1, 1), 1, "NHWC", "HWIO")
+    y = b.add("conv", [y, b.param("c2_weight", normal(1, 1, 32, 24))], strided, name="c2")
+    depthwise = ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 24, "NHWC", "HWIO")
+    y = b.add("conv", [y, b.param("dw_weight", normal(3, 3, 1, 24))], depthwise, name="dw")
+    nchw = ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "NCHW", "OIHW")
+    z = b.add("conv", [b.input("z", (1, 4, 5, 5)), b.param("c3_weight", normal(8, 4, 1, 1))], nchw)
+    return b.build([y, z])
+
+
+def test_channels_last_convs_are_packed(check_pass) -> None:
+    graph, params = convs()
+    packed, packed_params = check_pass(pack_weights, graph, params, AVX512)
+    ops = {n.name: n.op for n in packed.nodes}
+    assert (ops["c1"], ops["c2"], ops["dw"], ops["conv"]) == ("conv_pack",) * 2 + ("conv",) * 2
+    assert packed_layouts(packed) == {
+        "c1_weight_OHWI16o": "OHWI16o",
+        "c2_weight_OHWI8o": "OHWI8o",
+    }
+    assert packed_params["c1_weight_OHWI16o"].shape == (2, 3, 3, 3, 16)
+    for name, original in (("c1_weight_OHWI16o", "c1_weight"), ("c2_weight_OHWI8o", "c2_weight")):
+        np.testing.assert_array_equal(unpack_conv_weight(packed_params[name]), params[original])
+    assert {"c1_weight", "c2_weight"}.isdisjoint(packed_params)
+    # The packed graph computes what the original does (check_pass compares them too).
+    feeds = {"x": np.ones((1, 8, 8, 3), "float32"), "z": np.ones((1, 4, 5, 5), "float32")}
+    want = interpret(graph, params, feeds)
+    got = interpret(packed, packed_params, feeds)
+    for value in graph.outputs:
+        np.testing.assert_allclose(got[value.name], want[value.name], rtol=1e-5, atol=1e-5)
+
+
+def test_conv_blocks_are_whole_vectors_or_narrower() -> None:
+    assert [conv_block(n, 16) for n in (64, 24, 20, 6)] == [16, 8, 4, None]
+    assert [conv_block(n, 8) for n in (64, 12)] == [8, 4]
