@@ -257,7 +257,14 @@ def repair_attached_splits(dag: ComputeDAG, steps: Sequence[Step]) -> State:
     that axis's region again (its first factor shrunk to a common divisor), so a
     mutated tile never leaves guards inside a register tile. Raises ScheduleError
     when the steps are illegal."""
-    state = replay(dag, steps)
+    # One replay, keeping the state before each step (what `_fit_split` reads); a
+    # second only when a split changes (a second replay every time was half the cost
+    # of a mutation).
+    before: list[State] = []
+    state = State.initial(dag)
+    for step in steps:
+        before.append(state)
+        state = step.apply(state)
     regions = {
         i: attached_region(state, i)
         for i, s in enumerate(state.stages)
@@ -265,17 +272,19 @@ def repair_attached_splits(dag: ComputeDAG, steps: Sequence[Step]) -> State:
     }
     if not any(region is not None for region in regions.values()):
         return state
-    current = State.initial(dag)
     repaired: list[Step] = []
-    changed = False
-    for step in steps:
+    current: State | None = None  # once a split changed: the state of the repaired steps
+    for step, unchanged in zip(steps, before, strict=True):
+        previous = unchanged if current is None else current
         if isinstance(step, SplitStep) and regions.get(step.stage_id) is not None:
-            fixed = _fit_split(current, step, regions[step.stage_id], state)
-            changed = changed or fixed != step
+            fixed = _fit_split(previous, step, regions[step.stage_id], state)
+            if fixed != step and current is None:
+                current = previous
             step = fixed
-        current = step.apply(current)
+        if current is not None:
+            current = step.apply(current)
         repaired.append(step)
-    return replay(dag, repaired) if changed else state
+    return state if current is None else current
 
 
 def _fit_split(

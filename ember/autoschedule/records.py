@@ -193,8 +193,17 @@ def steps_key(steps: Sequence[Step]) -> str:
 
 
 def state_key(state: State) -> str:
-    """`steps_key` of a state's steps: equal keys replay to equal states."""
-    return steps_key(state.steps)  # type: ignore[arg-type]
+    """`steps_key` of a state's steps: equal keys replay to equal states. Kept on the
+    state (its steps never change): the search asks for the keys of the same states
+    many times a round (a tenth of its time, recomputed each time)."""
+    key = state.__dict__.get(_STATE_KEY)
+    if key is None:
+        key = steps_key(state.steps)  # type: ignore[arg-type]
+        state.__dict__[_STATE_KEY] = key  # past the frozen dataclass's __setattr__
+    return key
+
+
+_STATE_KEY = "_ember_state_key"
 
 
 def _mapping(data: Any, what: str) -> Mapping[str, Any]:

@@ -43,7 +43,7 @@ class SearchError(EmberError):
 class SearchParams:
     """Knobs of the evolutionary search (Ansor's defaults scaled to Python speed)."""
 
-    population: int = 128  # random states sampled at the start of each round
+    population: int = 64  # random states sampled at the start of each round
     generations: int = 3  # rounds of mutation and selection before picking a batch
     mutation_probability: float = 0.85  # else the parent survives unchanged
     elite_measured: int = 16  # fastest measured states that join each population

@@ -181,6 +181,9 @@ class TaskScheduler:
         finally:
             for measurer in owned:
                 measurer.close()
+            close_model = getattr(self.cost_model, "close", None)  # XGBModel's helpers
+            if close_model is not None:
+                close_model()
         return self._result(time.perf_counter() - started, interrupted, history)
 
     def _round(

@@ -57,13 +57,19 @@ class TuningError(EmberError):
     """Bad tuning options, or a log without a usable record for the task."""
 
 
+# Kernels timed as a network runs them: weights evicted, inputs cached (BENCHMARKS.md:
+# warm timing flatters weight-streaming layers, cold timing misranks the others).
+DEFAULT_TIMING = Timing.COLD_WEIGHTS
+
+
 @dataclass(frozen=True)
 class TuningOptions:
     """How long and how to tune. `early_stopping`: stop a task after this many trials
     without a new best (None: never). `builder` / `runner`: a LocalBuilder and
     LocalRunner with default settings when None (created and closed by the call);
-    `timing`: how that LocalRunner times candidates (with `Timing.default_settings`).
-    To time another way with your own runner, configure the runner."""
+    `timing`: how that LocalRunner times candidates (with `Timing.default_settings`;
+    None: `DEFAULT_TIMING`). To time another way with your own runner, configure the
+    runner."""
 
     num_measure_trials: int = 64
     num_measures_per_round: int = 16
@@ -72,7 +78,7 @@ class TuningOptions:
     runner: Runner | None = None
     measure_callbacks: Sequence[MeasureCallback] = ()
     verbose: int = 1
-    timing: Timing = Timing.WARM
+    timing: Timing | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_measure_trials", "num_measures_per_round"):
@@ -84,12 +90,12 @@ class TuningOptions:
                 "TuningOptions.early_stopping must be None or positive, "
                 f"not {self.early_stopping!r}"
             )
-        if not isinstance(self.timing, Timing):
+        if self.timing is not None and not isinstance(self.timing, Timing):
             raise TuningError(
                 f"TuningOptions.timing must be a Timing ({', '.join(map(str, Timing))}), "
                 f"not {self.timing!r}"
             )
-        if self.runner is not None and self.timing is not Timing.WARM:
+        if self.runner is not None and self.timing is not None:
             raise TuningError(
                 f"TuningOptions.timing={self.timing} applies to the LocalRunner the tuner "
                 "makes when runner is None; set the timing on the runner you pass instead "
@@ -302,13 +308,14 @@ def measurers(options: TuningOptions) -> tuple[Builder, Runner, list[_Closable]]
         builder = local_builder
     runner = options.runner
     if runner is None:
-        number, repeat, min_repeat_ms = options.timing.default_settings
+        timing = options.timing or DEFAULT_TIMING
+        number, repeat, min_repeat_ms = timing.default_settings
         local_runner = LocalRunner(
             number,
             repeat,
             min_repeat_ms,
-            enable_cpu_cache_flush=options.timing is Timing.COLD,
-            cold_weights=options.timing is Timing.COLD_WEIGHTS,
+            enable_cpu_cache_flush=timing is Timing.COLD,
+            cold_weights=timing is Timing.COLD_WEIGHTS,
         )
         owned.append(local_runner)
         runner = local_runner

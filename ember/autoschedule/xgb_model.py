@@ -37,7 +37,9 @@ training with two threads on a loaded two-core machine).
 Before `num_warmup_samples` valid measurements the model predicts random scores, like
 `RandomModel`, so the search still explores. A state that does not lower scores below
 every other. Feature rows are cached by (workload key, step list), so the states that
-survive a generation of the search, and measured ones, are not lowered again.
+survive a generation of the search, and measured ones, are not lowered again; the new
+states of a prediction are extracted on every core (`FeaturePool`, `feature_helpers`
+helper processes, default one per core beyond the first).
 
 `save` writes one `.npz` file with the booster (XGBoost's JSON) and the training data,
 so a loaded model predicts the same and keeps learning.
@@ -56,6 +58,7 @@ from typing import Any
 import numpy as np
 import xgboost as xgb
 
+from ember.autoschedule.feature_pool import FeaturePool
 from ember.autoschedule.features import FEATURE_NAMES, extract_features
 from ember.autoschedule.measure import MeasureInput, MeasureResult
 from ember.autoschedule.records import load_records, state_key
@@ -101,6 +104,7 @@ class XGBModel:
         learning_rate: float = 0.2,
         loss: str = "rank",
         num_threads: int = 1,
+        feature_helpers: int | None = None,
     ) -> None:
         if loss not in LOSSES:
             raise CostModelError(f"XGBModel loss {loss!r} is unknown; use one of {LOSSES}")
@@ -128,6 +132,7 @@ class XGBModel:
         self._samples: list[_Sample] = []
         self._booster: xgb.Booster | None = None
         self._cache: dict[tuple[str, str], np.ndarray] = {}
+        self._pool = FeaturePool(feature_helpers)
 
     @property
     def num_valid_samples(self) -> int:
@@ -142,6 +147,11 @@ class XGBModel:
     def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         """Add the measurements (errors as throughput 0) and retrain once enough are
         valid."""
+        by_task: dict[str, list[State]] = {}
+        for measure_input in inputs:
+            by_task.setdefault(measure_input.task.workload_key, []).append(measure_input.state)
+        for task_key, states in by_task.items():  # a resumed log: thousands, on every core
+            self._extract_missing(task_key, states)
         for measure_input, result in zip(inputs, results, strict=True):
             task_key = measure_input.task.workload_key
             features = self._features(task_key, measure_input.state)
@@ -156,8 +166,13 @@ class XGBModel:
             return np.array([self._rng.random() for _ in states], dtype=np.float64)
         if not states:
             return np.zeros(0)
+        self._extract_missing(task.workload_key, states)
         features = [self._features(task.workload_key, state) for state in states]
         return self.predict_features(features)
+
+    def close(self) -> None:
+        """Stop the feature helper processes (they restart when needed)."""
+        self._pool.close()
 
     def predict_features(self, features: Sequence[np.ndarray]) -> np.ndarray:
         """Program scores from feature rows (`extract_features` of each state)."""
@@ -256,14 +271,30 @@ class XGBModel:
 
     # -- internals -----------------------------------------------------------------------
 
+    def _extract_missing(self, task_key: str, states: Sequence[State]) -> None:
+        """Extract the features of the states not in the cache, on every core."""
+        missing: dict[tuple[str, str], State] = {}
+        for state in states:
+            key = (task_key, state_key(state))
+            if key not in self._cache:
+                missing.setdefault(key, state)
+        if not missing:
+            return
+        rows = self._pool.extract(list(missing.values()))
+        for key, features in zip(missing, rows, strict=True):
+            self._remember(key, features)
+
+    def _remember(self, key: tuple[str, str], features: np.ndarray) -> None:
+        if len(self._cache) >= FEATURE_CACHE_SIZE:
+            del self._cache[next(iter(self._cache))]  # the oldest entry
+        self._cache[key] = features
+
     def _features(self, task_key: str, state: State) -> np.ndarray:
         key = (task_key, state_key(state))
         features = self._cache.get(key)
         if features is None:
             features = extract_features(state)
-            if len(self._cache) >= FEATURE_CACHE_SIZE:
-                del self._cache[next(iter(self._cache))]  # the oldest entry
-            self._cache[key] = features
+            self._remember(key, features)
         return features
 
     def _train(self) -> None:

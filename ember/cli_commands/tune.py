@@ -313,13 +313,13 @@ def _add_measure_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--timing",
         choices=[timing.value for timing in Timing],
-        default=Timing.WARM.value,
-        help="what the CPU caches hold when a candidate's timed run starts (default warm). "
-        "warm: everything, from the run before (runs in a loop). cold-weights: all but "
-        "the kernel's weights, evicted to memory before each run, as in a network whose "
-        "weights outgrow the last-level cache. cold: nothing, the caches flushed (suits "
-        "layers that stream their weights, ResNet-18: tuned 4%% faster than warm, but "
-        "misranks layers whose inputs are hot, MobileNetV2: 38%% slower; BENCHMARKS.md)",
+        default=Timing.COLD_WEIGHTS.value,
+        help="what the CPU caches hold when a candidate's timed run starts (default "
+        "cold-weights). cold-weights: all but the kernel's weights, evicted to memory "
+        "before each run, as in a network: the input just written by the previous "
+        "kernel, the weights streamed. warm: everything, from the run before (runs in "
+        "a loop; flatters weight-streaming layers). cold: nothing, the caches flushed "
+        "(misranks layers whose inputs are hot; BENCHMARKS.md)",
     )
     # TVM's name for cold timing, kept as an alias.
     add(

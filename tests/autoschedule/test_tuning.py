@@ -134,6 +134,16 @@ def test_the_tuners_own_runner_times_as_the_options_say(timing: Timing) -> None:
     assert len(owned) == 2 and builder in owned
 
 
+def test_the_default_timing_is_cold_weights() -> None:
+    _, runner, owned = measurers(TuningOptions())
+    try:
+        assert isinstance(runner, LocalRunner) and runner.timing is Timing.COLD_WEIGHTS
+        assert (runner.number, runner.repeat, runner.min_repeat_ms) == (1, 10, 0.0)
+    finally:
+        for measurer in owned:
+            measurer.close()
+
+
 def test_bad_options_and_missing_records_are_explained(tmp_path: Path) -> None:
     with pytest.raises(TuningError, match="num_measure_trials must be a positive integer"):
         TuningOptions(num_measure_trials=0)
