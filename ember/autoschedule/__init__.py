@@ -9,7 +9,8 @@ device and logged as tuning records.
 
 The pipeline of one round, one module each: `sketch` (template-free search space) ->
 `annotate` (random tile sizes, parallel / vector / unroll annotations) -> `search`
-(evolutionary search guided by a `cost_model`, with `mutate`) -> `builder` ->
+(evolutionary search guided by a `cost_model`, with `mutate`; the learned model's
+`features` extracted on every core by `feature_pool`) -> `builder` ->
 `runner` (measurement in worker processes, checked against `reference`) -> `records`
 (the log); `tuning` runs the rounds of one task, `task_scheduler` those of a network.
 """
@@ -17,7 +18,7 @@ The pipeline of one round, one module each: `sketch` (template-free search space
 from ember.autoschedule.builder import LocalBuilder
 from ember.autoschedule.cost_model import CostModel, RandomModel
 from ember.autoschedule.hardware import HardwareParams
-from ember.autoschedule.measure import BuildResult, MeasureInput, MeasureResult
+from ember.autoschedule.measure import BuildResult, MeasureInput, MeasureResult, Timing
 from ember.autoschedule.records import (
     ErrorKind,
     MeasureRecord,
@@ -65,6 +66,7 @@ __all__ = [
     "Sketch",
     "TaskScheduler",
     "TaskTuner",
+    "Timing",
     "TuneResult",
     "TuningError",
     "TuningOptions",

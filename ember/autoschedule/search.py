@@ -11,8 +11,9 @@ generations: parents are drawn with probability proportional to the cost model's
 score, children are one mutation away (tile sizes, parallel granularity, unroll,
 compute location). The round's batch is the best-scored states nobody has measured,
 except an epsilon share drawn at random from the fresh population, so that a wrong
-model cannot starve parts of the space. States are identified by their step list (what
-a record stores), so a state loaded from a log is never measured again.
+model cannot starve parts of the space; a task's first round measures its seeds and a
+random sample (`first_round_model`). States are identified by their step list (what a
+record stores), so a state loaded from a log is never measured again.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ class SearchParams:
 
     population: int = 64  # random states sampled at the start of each round
     generations: int = 3  # rounds of mutation and selection before picking a batch
+    # Whether a task's first round (nothing of it measured yet) asks the cost model.
+    # By default it measures the seeds and a random sample: a model trained on other
+    # tasks picked no better than chance for a task it had not seen (ResNet-18,
+    # 2000-trial runs: after every task's first round, estimated 7.39-7.78 ms with the
+    # model's picks in six runs, 7.45-7.65 ms with random ones in three; BENCHMARKS.md),
+    # and evolving the population for it cost a sixth of the search.
+    first_round_model: bool = False
     mutation_probability: float = 0.85  # else the parent survives unchanged
     elite_measured: int = 16  # fastest measured states that join each population
     eps_greedy: float = 0.05  # share of each batch drawn at random, not by score
@@ -104,21 +112,26 @@ class EvolutionarySearch:
         seeds, self._seeds = self._take(self._seeds, count, set()), []
         chosen = {state_key(s) for s in seeds}
         population = self._unique([*seeds, *self.best_measured(self.params.elite_measured), *fresh])
-        best = self._evolve(population, count)
+        explore = not self.measured and not self.params.first_round_model
+        best = [] if explore else self._evolve(population, count)
         num_random = min(count - len(seeds), max(0, round(count * self.params.eps_greedy)))
+        if explore:
+            num_random = count - len(seeds)
         batch = seeds + self._take(best, count - len(seeds) - num_random, chosen)
         randoms = [s for s in fresh if state_key(s) not in chosen]
         self.rng.shuffle(randoms)
         batch += self._take(randoms, count - len(batch), chosen)
         if len(batch) < count:  # too few random leftovers: fill from the scored ones
+            best = best or self._evolve(population, count)
             batch += self._take(best, count - len(batch), chosen)
         return batch
 
     def _evolve(self, population: list[State], count: int) -> list[State]:
         """States of every generation, best predicted first, unmeasured only."""
+        generations = self.params.generations
         # Keep the best of all generations (a child may be worse than its parent).
         pool: dict[str, tuple[float, State]] = {}
-        for generation in range(self.params.generations + 1):
+        for generation in range(generations + 1):
             if not population:
                 break
             scores = self.cost_model.predict(self.task, population)
@@ -126,7 +139,7 @@ class EvolutionarySearch:
                 key = state_key(state)
                 if key not in self.measured:
                     pool[key] = (float(score), state)
-            if generation == self.params.generations:
+            if generation == generations:
                 break
             population = self._next_generation(population, scores)
         ranked = sorted(pool.values(), key=lambda item: -item[0])
