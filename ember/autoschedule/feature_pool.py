@@ -70,7 +70,7 @@ class FeaturePool:
             return extract_features_batch(states)
         shares = _split(states, len(workers) + 1)
         sent: list[tuple[Worker, Sequence[State]]] = []
-        for worker, share in zip(workers, shares[:-1], strict=False):
+        for worker, share in zip(workers, shares[:-1], strict=True):
             worker.send(list(share))
             sent.append((worker, share))
         own = extract_features_batch(shares[-1])

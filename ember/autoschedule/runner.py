@@ -140,6 +140,27 @@ class LocalRunner:
         self._references: dict[tuple[str, tuple[ArgSpec, ...]], list[np.ndarray]] = {}
         self._finalizer = weakref.finalize(self, self._slot.stop)
 
+    @classmethod
+    def for_timing(
+        cls,
+        timing: Timing,
+        number: int | None = None,
+        repeat: int | None = None,
+        min_repeat_ms: float | None = None,
+        timeout: float = 10.0,
+    ) -> LocalRunner:
+        """A runner that times as `timing` says, with the timing's default settings
+        (`Timing.default_settings`) for those not given."""
+        default_number, default_repeat, default_min_repeat_ms = timing.default_settings
+        return cls(
+            default_number if number is None else number,
+            default_repeat if repeat is None else repeat,
+            default_min_repeat_ms if min_repeat_ms is None else min_repeat_ms,
+            timeout,
+            enable_cpu_cache_flush=timing is Timing.COLD,
+            cold_weights=timing is Timing.COLD_WEIGHTS,
+        )
+
     @property
     def timing(self) -> Timing:
         """What the caches hold when a timed call starts (see the module docstring)."""

@@ -114,9 +114,9 @@ class EvolutionarySearch:
         population = self._unique([*seeds, *self.best_measured(self.params.elite_measured), *fresh])
         explore = not self.measured and not self.params.first_round_model
         best = [] if explore else self._evolve(population, count)
-        num_random = min(count - len(seeds), max(0, round(count * self.params.eps_greedy)))
-        if explore:
-            num_random = count - len(seeds)
+        num_random = count - len(seeds)
+        if not explore:
+            num_random = min(num_random, max(0, round(count * self.params.eps_greedy)))
         batch = seeds + self._take(best, count - len(seeds) - num_random, chosen)
         randoms = [s for s in fresh if state_key(s) not in chosen]
         self.rng.shuffle(randoms)
@@ -128,10 +128,9 @@ class EvolutionarySearch:
 
     def _evolve(self, population: list[State], count: int) -> list[State]:
         """States of every generation, best predicted first, unmeasured only."""
-        generations = self.params.generations
         # Keep the best of all generations (a child may be worse than its parent).
         pool: dict[str, tuple[float, State]] = {}
-        for generation in range(generations + 1):
+        for generation in range(self.params.generations + 1):
             if not population:
                 break
             scores = self.cost_model.predict(self.task, population)
@@ -139,7 +138,7 @@ class EvolutionarySearch:
                 key = state_key(state)
                 if key not in self.measured:
                     pool[key] = (float(score), state)
-            if generation == generations:
+            if generation == self.params.generations:
                 break
             population = self._next_generation(population, scores)
         ranked = sorted(pool.values(), key=lambda item: -item[0])

@@ -308,15 +308,7 @@ def measurers(options: TuningOptions) -> tuple[Builder, Runner, list[_Closable]]
         builder = local_builder
     runner = options.runner
     if runner is None:
-        timing = options.timing or DEFAULT_TIMING
-        number, repeat, min_repeat_ms = timing.default_settings
-        local_runner = LocalRunner(
-            number,
-            repeat,
-            min_repeat_ms,
-            enable_cpu_cache_flush=timing is Timing.COLD,
-            cold_weights=timing is Timing.COLD_WEIGHTS,
-        )
+        local_runner = LocalRunner.for_timing(options.timing or DEFAULT_TIMING)
         owned.append(local_runner)
         runner = local_runner
     return builder, runner, owned

@@ -160,14 +160,8 @@ def local_runner(args: argparse.Namespace) -> LocalRunner:
     """The runner the options ask for (after _check_options filled in the defaults)."""
     from ember.autoschedule import LocalRunner
 
-    timing = Timing(args.timing)
-    return LocalRunner(
-        number=args.number,
-        repeat=args.repeat,
-        min_repeat_ms=args.min_repeat_ms,
-        timeout=args.timeout,
-        enable_cpu_cache_flush=timing is Timing.COLD,
-        cold_weights=timing is Timing.COLD_WEIGHTS,
+    return LocalRunner.for_timing(
+        Timing(args.timing), args.number, args.repeat, args.min_repeat_ms, args.timeout
     )
 
 

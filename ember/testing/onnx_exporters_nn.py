@@ -51,26 +51,11 @@ def _conv(export: Exporter, node: Node) -> None:
     weight_value = node.inputs[1]
     kernel = parse_kernel_layout(attrs.kernel_layout, node.op, weight_value.type.ndim - 2)
     weight = export.transposed(weight_value, kernel.to_out_in_first, f"{weight_value.name}/oi")
-
-    def core(data: str, output: str) -> None:
-        export.emit(
-            "Conv",
-            [data, weight],
-            [output],
-            kernel_shape=_kernel_shape(node),
-            strides=list(attrs.strides),
-            pads=list(attrs.padding),
-            dilations=list(attrs.dilations),
-            group=attrs.groups,
-        )
-
-    export.in_channels_first(node, attrs.layout, core)
+    _emit_conv(export, node, weight, _kernel_shape(node))
 
 
 @exporter("conv_pack")
 def _conv_pack(export: Exporter, node: Node) -> None:
-    attrs = node.attrs
-    assert isinstance(attrs, ConvAttrs)
     weight_value = node.inputs[1]
     blocks, *kernel, inputs, block = weight_value.shape
     rank = len(kernel)
@@ -79,6 +64,14 @@ def _conv_pack(export: Exporter, node: Node) -> None:
     transposed = export.transposed(weight_value, order, f"{weight_value.name}/t")
     shape = export.ints((blocks * block, inputs, *kernel), f"{weight_value.name}/shape")
     weight = export.emit_one("Reshape", [transposed, shape], f"{weight_value.name}/oi")
+    _emit_conv(export, node, weight, kernel)
+
+
+def _emit_conv(export: Exporter, node: Node, weight: str, kernel: list[int]) -> None:
+    """ONNX's Conv of `node`'s data (channels-first, transposed there and back if need
+    be) with `weight`, already in ONNX's (O, I/groups, *kernel)."""
+    attrs = node.attrs
+    assert isinstance(attrs, ConvAttrs)
 
     def core(data: str, output: str) -> None:
         export.emit(
@@ -89,7 +82,7 @@ def _conv_pack(export: Exporter, node: Node) -> None:
             strides=list(attrs.strides),
             pads=list(attrs.padding),
             dilations=list(attrs.dilations),
-            group=1,
+            group=attrs.groups,
         )
 
     export.in_channels_first(node, attrs.layout, core)

@@ -20,7 +20,8 @@ activation-bound early layers the same either way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 
 import numpy as np
 
@@ -77,23 +78,29 @@ def pack_weights(
     arrays: Params = {v.name: np.asarray(params[v.name]) for v in graph.params}
     new_params = list(graph.params)
     packed: dict[tuple[str, str], Value] = {}  # (weight, op) -> packed param
+
+    def packed_param(node: Node, pack: Callable[[], tuple[np.ndarray, str]]) -> Value:
+        """The param holding `node`'s weight as `pack()` re-lays it out (the array and
+        its layout name), packed once per weight and op."""
+        key = (node.inputs[1].name, node.op)
+        if key not in packed:
+            array, layout = pack()
+            packed[key] = Value(
+                names.fresh(f"{node.inputs[1].name}_{layout}"), TensorType.of(array)
+            )
+            arrays[packed[key].name] = array
+            new_params.append(packed[key])
+        return packed[key]
+
     nodes: list[Node] = []
     for node in graph.nodes:
         conv_block = _conv_block(node, arrays, target)
         if conv_block is not None:
-            key = (node.inputs[1].name, node.op)
-            if key not in packed:
-                array = pack_conv_weight(arrays[node.inputs[1].name], conv_block)
-                layout = conv_pack_layout(conv_block, array.ndim - 3)
-                packed[key] = Value(
-                    names.fresh(f"{node.inputs[1].name}_{layout}"), TensorType.of(array)
-                )
-                arrays[packed[key].name] = array
-                new_params.append(packed[key])
+            weight_param = packed_param(node, partial(_packed_conv, arrays, node, conv_block))
             nodes.append(
                 make_node(
                     "conv_pack",
-                    [node.inputs[0], packed[key]],
+                    [node.inputs[0], weight_param],
                     node.attrs,
                     name=node.name,
                     output_names=[node.outputs[0].name],
@@ -104,17 +111,10 @@ def pack_weights(
         if weight is None:
             nodes.append(node)
             continue
-        key = (node.inputs[1].name, node.op)
-        if key not in packed:
-            lanes = target.lanes(str(weight.dtype))
-            rows = node.inputs[0].type.size // max(1, weight.shape[1])
-            block = block_size(weight.shape[0], lanes, rows)
-            array = pack_dense_weight(_padded_rows(weight, block), block)
-            hint = f"{node.inputs[1].name}_{dense_pack_layout(block)}"
-            packed[key] = Value(names.fresh(hint), TensorType.of(array))
-            arrays[packed[key].name] = array
-            new_params.append(packed[key])
-        nodes.extend(_dense_pack_nodes(node, packed[key], weight.shape[0], names))
+        rows = node.inputs[0].type.size // max(1, weight.shape[1])
+        block = block_size(weight.shape[0], target.lanes(str(weight.dtype)), rows)
+        weight_param = packed_param(node, partial(_packed_dense, weight, block))
+        nodes.extend(_dense_pack_nodes(node, weight_param, weight.shape[0], names))
     rebuilt = graph.replace(nodes=tuple(nodes), params=tuple(new_params))
     return prune_params(rebuilt, arrays)
 
@@ -126,16 +126,11 @@ def block_size(channels: int, lanes: int, rows: int = 1) -> int:
     batch 16 -> 1008 in vectors of 16: 1.5x faster than in vectors of 8; a single row
     is bound by reading the weight, where the narrower vector costs nothing and the
     `slice` a kernel); else the widest power of two down to 4 that divides
-    `channels`; else `lanes`, padded."""
+    `channels` (`conv_block` of half the lanes); else `lanes`, padded."""
     padding = -channels % lanes
     if padding == 0 or (rows >= MIN_PADDED_ROWS and padding <= channels // PADDING_FRACTION):
         return lanes
-    block = lanes // 2
-    while block >= MIN_BLOCK:
-        if channels % block == 0:
-            return block
-        block //= 2
-    return lanes
+    return conv_block(channels, lanes // 2) or lanes
 
 
 def conv_block(channels: int, lanes: int) -> int | None:
@@ -196,6 +191,20 @@ def _constant_weight(
     if target.lanes(str(array.dtype)) < MIN_BLOCK:
         return None
     return array if node.op == "dense" else array.T
+
+
+def _packed_conv(
+    arrays: Mapping[str, np.ndarray], node: Node, block: int
+) -> tuple[np.ndarray, str]:
+    """`node`'s conv weight packed in blocks of `block`, and the layout's name."""
+    array = pack_conv_weight(arrays[node.inputs[1].name], block)
+    return array, conv_pack_layout(block, array.ndim - 3)
+
+
+def _packed_dense(weight: np.ndarray, block: int) -> tuple[np.ndarray, str]:
+    """A dense weight `W[N, K]` padded and packed in blocks of `block`, and the
+    layout's name."""
+    return pack_dense_weight(_padded_rows(weight, block), block), dense_pack_layout(block)
 
 
 def _padded_rows(weight: np.ndarray, block: int) -> np.ndarray:
