@@ -20,14 +20,14 @@ import time
 import numpy as np
 
 from ember import Target
+from ember.backend import Kernel, compile_kernel
+from ember.device import device_model
 from ember.graph.ir import TensorType
 from ember.graph.ops.attrs import ConvAttrs
 from ember.graph.ops.packed import pack_conv_weight
 from ember.graph.ops.registry import get_op
 from ember.schedule.default import default_schedule
-from ember.schedule.lower import lower
 from ember.te import ComputeDAG, placeholder
-from ember.toolchain import Kernel, compile_shared, kernel_source, load_kernel
 from ember.topi import declare
 
 SHAPES = (  # size, input channels, output channels, kernel, stride
@@ -46,7 +46,7 @@ def build(
 ) -> tuple[Kernel, tuple[int, ...], int]:
     """The conv (NHWC, padding kernel // 2) as a compiled kernel, weight HWIO or packed."""
     target = Target("llvm")
-    block = target.lanes("float32")
+    block = device_model(target).lanes("float32")
     pad = kernel // 2
     attrs = ConvAttrs((stride, stride), (pad,) * 4, (1, 1), 1, "NHWC", "HWIO")
     data_type = TensorType((1, size, size, inputs), "float32")
@@ -61,9 +61,9 @@ def build(
     weight = placeholder(shape, "float32", "weight")
     (out,) = declare(op, [data, weight], attrs, [out_type])
     dag = ComputeDAG([out], [data, weight])
-    func = lower(default_schedule(dag, target), f"conv_{'packed' if packed else 'hwio'}")
-    source = kernel_source(func)
-    return load_kernel(compile_shared([source], target), func, source), out_type.shape, block
+    name = f"conv_{'packed' if packed else 'hwio'}"
+    compiled = compile_kernel(default_schedule(dag, target), target, name)
+    return compiled.load(), out_type.shape, block
 
 
 def main() -> None:

@@ -122,10 +122,11 @@ def main() -> None:
     args = _parse()
     # OpenMP reads this when the first kernel library loads: set it before any build.
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    from ember.device import device_model
     from ember.target import Target
 
     target = Target("llvm")
-    print(f"target {target} ({target.fp32_lanes} fp32 lanes), {args.threads} threads")
+    print(f"target {target} ({device_model(target).fp32_lanes} fp32 lanes), {args.threads} threads")
     total_ember = total_ort = 0.0
     total_flops = 0
     workloads = [w for w in _suite(args.suite) if args.only in w.name]

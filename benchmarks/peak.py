@@ -23,6 +23,7 @@ import ctypes
 import functools
 import os
 
+from ember.device import device_model
 from ember.target import Target
 from ember.toolchain import compile_shared
 
@@ -87,7 +88,7 @@ def measure_peak(
     repeat: int = 5,
 ) -> float:
     """GFLOP/s of `threads` threads running `chains` FMA chains each (best of `repeat`)."""
-    lanes = Target(target).fp32_lanes
+    lanes = device_model(Target(target)).fp32_lanes
     library = _micro_kernel(lanes, chains, target)
     sink = (ctypes.c_float * 2)(1.0, 0.0)
     iterations = 1000
@@ -106,7 +107,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=0.2, help="per measurement")
     parser.add_argument("--repeat", type=int, default=5, help="measurements; the best counts")
     args = parser.parse_args()
-    lanes = Target(args.target).fp32_lanes
+    lanes = device_model(Target(args.target)).fp32_lanes
     print(f"fp32 FMA peak, target {args.target} ({lanes} fp32 lanes), best of {args.repeat}")
     print(f"{'threads':>7}  {'chains':>6}  {'GFLOP/s':>8}  {'per thread':>10}")
     for threads in args.threads:

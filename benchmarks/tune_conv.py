@@ -31,7 +31,7 @@ from ember.autoschedule.builder import LocalBuilder
 from ember.autoschedule.cost_model import RandomModel
 from ember.autoschedule.measure import MeasureInput, release
 from ember.autoschedule.runner import LocalRunner
-from ember.autoschedule.tuning import TuningOptions, tune_task
+from ember.autoschedule.tuning import TuningOptions, apply_best, tune_task
 from ember.schedule.default import default_schedule
 from ember.schedule.state import State
 
@@ -104,7 +104,7 @@ def main() -> None:
     tasks, _ = extract_tasks(workload.graph, workload.params, f"llvm -num-cores={args.threads}")
     (task,) = tasks
     print(f"task: {task.desc}, {task.flop_count / 1e6:.1f} MFLOP, {args.threads} thread(s)")
-    best = task.apply_best(args.measure_only) if args.measure_only else _tune(task, args)
+    best = apply_best(task, args.measure_only) if args.measure_only else _tune(task, args)
     default = default_schedule(task.compute_dag, task.target)
     medians = _time_side_by_side(
         task, {"tuned": best, "default": default}, args.threads, args.repeat

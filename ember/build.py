@@ -6,32 +6,22 @@
 
 The pipeline, one named step after another (EMBER_DEBUG=1 prints each result):
 
-1. graph passes (`optimize`): fold_constants, fold_batch_norm, convert_layout to NHWC
-   (CPU kernels vectorise over the innermost channel axis), then simplify, which must
-   come after convert_layout to merge the transposes it leaves, then pack_weights
-   (constant dense/matmul weights re-laid out in blocks of the target's vector lanes;
-   `mod.json` names each packed param's layout). Param names are made
-   safe for the safetensors reader in C. Inputs and outputs keep their names and
-   layouts: the transposes to and from NHWC are inside the library.
-2. fuse into groups; each group becomes one kernel, groups with the same workload key
-   share one.
-3. plan: where each tensor lives (`ember.runtime.memory_plan` packs intermediates into
+1. partition (`ember.partition`, shared with the auto-scheduler's task extraction):
+   the graph passes, fusion into groups, and one kernel per distinct workload key.
+2. plan: where each tensor lives (`ember.runtime.memory_plan` packs intermediates into
    one arena by liveness) and the steps of the AOT entry point (`ember.runtime.aot`).
-4. compile: each kernel lowered with its schedule (the best tuning record's for its
-   workload key and target when `tuning_records` has one, else the default schedule)
-   and compiled to an object file in parallel, cached
-   by content (`ember.toolchain`); the hand-written runtime and the generated entry
-   point likewise; all linked into one library. Every object is compiled with
-   -fvisibility=hidden, so the library exports exactly the C ABI of runtime.c.
+3. compile: each kernel with its schedule (the State `tuning_records` has for its
+   workload key and target, else the default schedule) through the target's backend
+   (`ember.backend.compile_kernel`) into an object file, in parallel and cached by
+   content; the hand-written runtime and the generated entry point likewise; all
+   linked into one library. Every object is compiled with -fvisibility=hidden, so the
+   library exports exactly the C ABI of runtime.c.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import sys
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -42,25 +32,18 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ember.autoschedule.records import MeasureRecord, load_best, load_records
-from ember.codegen.c import entry_symbols
+from ember.backend import Output, backend_for, compile_kernel
 from ember.config import debug_enabled
+from ember.device import host_cpu_count
 from ember.errors import BuildError
 from ember.graph.analysis import summarize
-from ember.graph.ir import Graph, NameSupply, Node, Params, TensorType, Value
-from ember.graph.passes import (
-    FusedGraph,
-    FusedGroup,
-    GroupKind,
-    convert_layout,
-    fold_batch_norm,
-    fold_constants,
-    fuse,
-    simplify,
-)
-from ember.graph.passes.pack_weights import pack_weights, packed_layouts
+from ember.graph.ir import Graph, Value
+from ember.graph.passes import FusedGraph, FusedGroup
+from ember.graph.passes.pack_weights import packed_layouts
 from ember.loop.ir import PrimFunc
 from ember.loop.printer import format_func
+from ember.partition import KernelSpec, Partition, partition, runs_in_helper
+from ember.runtime.abi import TensorSpec
 from ember.runtime.aot import (
     TOPK_DTYPES,
     AotProgram,
@@ -69,7 +52,6 @@ from ember.runtime.aot import (
     KernelStep,
     Region,
     Step,
-    TensorSpec,
     TopKStep,
     render_entry_point,
     runtime_sources,
@@ -79,16 +61,15 @@ from ember.runtime.artifact import FORMAT_VERSION, export_library
 from ember.runtime.memory_plan import MemoryPlan, TensorLifetime, plan_memory
 from ember.runtime.module import Module
 from ember.schedule.default import default_schedule
-from ember.schedule.lower import lower
-from ember.schedule.state import ScheduleError, State
-from ember.schedule.steps import replay
+from ember.schedule.source import ScheduleSource
+from ember.schedule.state import State
 from ember.target import Target
-from ember.te.dag import ComputeDAG
-from ember.toolchain import compile_object, kernel_source, link_shared
-from ember.topi import NOT_EXPRESSIBLE, group_to_dag
+from ember.toolchain import compile_object, link_shared
+from ember.topi import NOT_EXPRESSIBLE
 
 _OBJECT_FLAGS = ("-fvisibility=hidden",)
-_SAFE_NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
+
+TuningRecords = str | os.PathLike[str] | Sequence[object] | ScheduleSource
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -153,101 +134,49 @@ def build(
     graph: Graph,
     target: Target | str = "llvm",
     params: Mapping[str, np.ndarray] | None = None,
-    tuning_records: str | os.PathLike[str] | Sequence[object] | None = None,
+    tuning_records: TuningRecords | None = None,
     *,
     progress: bool | None = None,
 ) -> Library:
     """Build `graph` for `target` into one library (see the module docstring).
 
-    `tuning_records` (a records file, or records): each kernel whose workload key has
-    a valid record for `target` is compiled with the best one's schedule, the others
-    with their default schedule (`Library.metadata["groups"][i]["schedule"]` says
-    which). `progress` shows a progress bar over the kernels on stderr; by default only when
-    stderr is a terminal."""
+    `tuning_records` (a records file, MeasureRecords, or any `ScheduleSource`): each
+    kernel whose workload key has a tuned State for `target` is compiled with it, the
+    others with their default schedule (`Library.metadata["groups"][i]["schedule"]`
+    says which). `progress` shows a progress bar over the kernels on stderr; by default
+    only when stderr is a terminal."""
     target = target if isinstance(target, Target) else Target(target)
     if not target.is_cpu:
         raise BuildError(
             f"target {target} cannot be built yet: ember.build supports CPU targets "
             "('llvm' or 'c', with -mtriple/-mcpu/-mattr)"
         )
-    records = _tuning_records(tuning_records)
-    arrays = checked_params(graph, params)
-    optimized, arrays = optimize(graph, arrays, target)
-    fused = fuse(optimized, arrays)
-    _dump("fused graph", fused)
-    plan = plan_build(fused, target)
+    backend_for(target)  # an unknown -backend fails before any work
+    schedules = schedule_source(tuning_records)
+    parts = partition(graph, params, target)
+    plan = plan_build(parts, target)
     show = sys.stderr.isatty() if progress is None else progress
-    so_path, sources = _compile_and_link(plan, target, graph.name, show, records)
-    metadata = _metadata(graph, fused, plan, target, sources)
-    params_out = {value.name: arrays[value.name] for value in optimized.params}
+    so_path, sources = _compile_and_link(plan, target, graph.name, show, schedules)
+    metadata = _metadata(graph, parts.fused, plan, target, sources)
+    params_out = {value.name: parts.params[value.name] for value in parts.graph.params}
     return Library(so_path, metadata, params_out, sources)
 
 
-def checked_params(graph: Graph, params: Mapping[str, np.ndarray] | None) -> Params:
-    params = params or {}
-    missing = [value.name for value in graph.params if value.name not in params]
-    if missing:
-        raise BuildError(
-            f"graph {graph.name!r} needs params {', '.join(missing[:5])}"
-            f"{' ...' if len(missing) > 5 else ''} that were not given: pass "
-            "params=<the dict returned with the graph>"
-        )
-    arrays: Params = {}
-    for value in graph.params:
-        array = np.asarray(params[value.name])
-        if TensorType.of(array) != value.type:
-            raise BuildError(
-                f"param {value.name!r} is {TensorType.of(array)}, the graph expects "
-                f"{value.type}: pass the params that belong to this graph"
-            )
-        arrays[value.name] = array
-    return arrays
+def schedule_source(tuning_records: TuningRecords | None) -> ScheduleSource | None:
+    """`tuning_records` as a ScheduleSource: a records file or a list of records is
+    read by the auto-scheduler's `ApplyHistoryBest` (the only reader of the format)."""
+    if tuning_records is None or isinstance(tuning_records, ScheduleSource):
+        return tuning_records
+    from ember.autoschedule.records import ApplyHistoryBest, MeasureRecord
 
-
-def optimize(
-    graph: Graph, params: Mapping[str, np.ndarray], target: Target | None = None
-) -> tuple[Graph, Params]:
-    """The graph passes of a CPU build (step 1 of the module docstring); with a
-    `target`, constant weights are also packed for its vectors."""
-    result, arrays = fold_constants(graph, params)
-    result, arrays = fold_batch_norm(result, arrays)
-    result, arrays = convert_layout(result, arrays, "NHWC")
-    result, arrays = simplify(result, arrays)  # after convert_layout: merges its transposes
-    if target is not None:  # last: the passes before it know no packed ops
-        result, arrays = pack_weights(result, arrays, target)
-    if result.inputs != graph.inputs or result.outputs != graph.outputs:
-        raise BuildError(
-            f"the graph passes changed the inputs or outputs of {graph.name!r}; this is a "
-            "bug in Ember, please report it with the model"
-        )
-    # Last: a param that is also a graph output may be renamed; outputs are matched
-    # by position from here on, and their names come from the original graph.
-    result, arrays = _safe_param_names(result, arrays)
-    _dump("optimized graph", result)
-    return result, arrays
-
-
-def _safe_param_names(graph: Graph, params: Params) -> tuple[Graph, Params]:
-    """Params renamed where their names are not plain ASCII the C runtime can match in
-    a safetensors header (letters, digits, `_.:/-`)."""
-    supply = NameSupply.for_graph(graph)
-    renamed = {
-        value.name: Value(supply.fresh(value.name), value.type)
-        for value in graph.params
-        if not _SAFE_NAME.fullmatch(value.name)
-    }
-    if not renamed:
-        return graph, params
-
-    def swap(values: tuple[Value, ...]) -> tuple[Value, ...]:
-        return tuple(renamed.get(value.name, value) for value in values)
-
-    nodes = tuple(
-        Node(node.op, swap(node.inputs), node.outputs, node.attrs, node.name)
-        for node in graph.nodes
-    )
-    result = graph.replace(nodes=nodes, params=swap(graph.params), outputs=swap(graph.outputs))
-    return result, {(renamed[n].name if n in renamed else n): a for n, a in params.items()}
+    if not isinstance(tuning_records, str | os.PathLike):
+        for record in tuning_records:
+            if not isinstance(record, MeasureRecord):
+                raise BuildError(
+                    f"tuning_records must be a records file or MeasureRecords, not a list "
+                    f"holding {type(record).__name__}"
+                )
+    return ApplyHistoryBest(tuning_records)  # type: ignore[arg-type]
 
 
 def _dump(what: str, item: object) -> None:
@@ -256,21 +185,6 @@ def _dump(what: str, item: object) -> None:
 
 
 # -- plan ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class KernelJob:
-    """One kernel to generate: the DAG of the first group with its workload key."""
-
-    name: str
-    workload_key: str
-    group: FusedGroup
-    dag: ComputeDAG
-
-    @property
-    def symbol(self) -> str:
-        """The packed entry the AOT entry point calls (ember/codegen/c.py)."""
-        return f"{self.name}_packed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,32 +206,30 @@ class BuildPlan:
 
     program: AotProgram
     memory: MemoryPlan
-    kernels: tuple[KernelJob, ...]
+    kernels: tuple[KernelSpec, ...]
     groups: tuple[GroupRecord, ...]
 
 
-def plan_build(fused: FusedGraph, target: Target) -> BuildPlan:
+def plan_build(parts: Partition, target: Target) -> BuildPlan:
     """Place every tensor and list the steps of the entry point, one per group."""
+    fused = parts.fused
     graph = fused.graph
     locations = _boundary_locations(graph)
     memory = plan_memory(_intermediate_lifetimes(fused, locations))
     for allocation in memory.allocations:
         locations[allocation.tensor.name] = BufferRef(Region.ARENA, allocation.offset)
     steps: list[Step] = []
-    kernels: dict[str, KernelJob] = {}
     records: list[GroupRecord] = []
     for group in fused.groups:
-        if _runs_in_helper(group):
+        kernel = parts.kernel_of(group)
+        if kernel is None:
             step = _helper_step(group, locations)
             steps.append(step)
             records.append(_record(group, f"ember_topk_{step.dtype}", None))
             continue
-        dag, _ = group_to_dag(group)
-        key = dag.workload_key
-        job = kernels.setdefault(key, KernelJob(_kernel_name(group, key), key, group, dag))
         refs = tuple(locations[value.name] for value in (*group.inputs, *group.outputs))
-        steps.append(KernelStep(group.name, job.symbol, refs))
-        records.append(_record(group, job.name, key))
+        steps.append(KernelStep(group.name, packed_symbol(kernel), refs))
+        records.append(_record(group, kernel.name, kernel.workload_key))
     steps.extend(_output_copies(graph, locations))
     program = AotProgram(
         target=str(target),
@@ -327,7 +239,12 @@ def plan_build(fused: FusedGraph, target: Target) -> BuildPlan:
         arena_bytes=memory.arena_bytes,
         steps=tuple(steps),
     )
-    return BuildPlan(program, memory, tuple(kernels.values()), tuple(records))
+    return BuildPlan(program, memory, parts.kernels, tuple(records))
+
+
+def packed_symbol(kernel: KernelSpec) -> str:
+    """The packed entry the AOT entry point calls (ember/codegen/c.py names it)."""
+    return f"{kernel.name}_packed"
 
 
 def _boundary_locations(graph: Graph) -> dict[str, BufferRef]:
@@ -354,18 +271,12 @@ def _intermediate_lifetimes(
         for value in group.inputs:
             if value.name in first:
                 last[value.name] = step
-        written = group.nodes[0].outputs if _runs_in_helper(group) else group.outputs
+        written = group.nodes[0].outputs if runs_in_helper(group) else group.outputs
         for value in written:
             if value.name not in boundary:
                 first[value.name] = last[value.name] = step
                 sizes[value.name] = value.type.nbytes
     return [TensorLifetime(name, sizes[name], first[name], last[name]) for name in first]
-
-
-def _runs_in_helper(group: FusedGroup) -> bool:
-    """Whether the group is an op no kernel can express (a hand-written C helper runs
-    it, or the build refuses it)."""
-    return group.kind == GroupKind.OPAQUE and group.nodes[0].op in NOT_EXPRESSIBLE
 
 
 def _helper_step(group: FusedGroup, locations: Mapping[str, BufferRef]) -> TopKStep:
@@ -380,15 +291,6 @@ def _helper_step(group: FusedGroup, locations: Mapping[str, BufferRef]) -> TopKS
         )
     data, (values, indices) = node.inputs[0], node.outputs
     return topk_step(node, locations[data.name], locations[values.name], locations[indices.name])
-
-
-def _kernel_name(group: FusedGroup, workload_key: str) -> str:
-    """A C name from the group's ops and the workload key: stable across networks,
-    so a kernel's object file is shared by every network with that workload. (Not
-    `ember_...`: the C renderer keeps that prefix for its helpers.)"""
-    ops = "_".join(node.op for node in group.nodes[:4])
-    digest = hashlib.sha256(workload_key.encode()).hexdigest()[:10]
-    return re.sub(r"[^0-9A-Za-z_]", "_", f"{ops}_{digest}")
 
 
 def _output_copies(graph: Graph, locations: Mapping[str, BufferRef]) -> list[Step]:
@@ -426,77 +328,56 @@ def _compile_and_link(
     target: Target,
     name: str,
     show: bool,
-    records: Sequence[MeasureRecord] = (),
+    schedules: ScheduleSource | None,
 ) -> tuple[Path, GeneratedSources]:
     """Every object compiled in parallel (cached), then linked into one library; also
-    the generated sources, as compiled. Kernels are lowered on this thread while
-    earlier ones compile."""
+    the generated sources, as compiled. Kernels are scheduled on this thread (a tuned
+    State's lookup may warn, and warnings belong to the caller's thread), then
+    generated and compiled in the pool."""
     entry_point = render_entry_point(plan.program)
     _dump("AOT entry point", entry_point)
-    kernels: list[KernelSource] = []
+    scheduled = [(kernel, *_schedule(kernel, target, schedules)) for kernel in plan.kernels]
     with (
-        ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool,
+        ThreadPoolExecutor(max_workers=host_cpu_count()) as pool,
         _progress_bar(show, f"building {name}", len(plan.kernels)) as advance,
     ):
-        futures: list[Future[Path]] = [
+        runtime = [
             pool.submit(compile_object, source, target, _OBJECT_FLAGS)
             for source in (*runtime_sources(), entry_point)
         ]
-        for job in plan.kernels:
-            kernel = _kernel_source(job, target, records)
-            kernels.append(kernel)
-            future = pool.submit(compile_object, kernel.c_source, target, _OBJECT_FLAGS)
+        futures: list[Future[tuple[KernelSource, Path]]] = []
+        for kernel, state, tuned in scheduled:
+            future = pool.submit(_compile_kernel, kernel, state, tuned, target)
             future.add_done_callback(lambda _: advance())
             futures.append(future)
-        objects = [future.result() for future in futures]
-    return link_shared(objects, target), GeneratedSources(entry_point, tuple(kernels))
-
-
-def _tuning_records(
-    source: str | os.PathLike[str] | Sequence[object] | None,
-) -> list[MeasureRecord]:
-    if source is None:
-        return []
-    if isinstance(source, str | os.PathLike):
-        return load_records(source)
-    records = list(source)
-    for record in records:
-        if not isinstance(record, MeasureRecord):
-            raise BuildError(
-                f"tuning_records must be a records file or MeasureRecords, not a list "
-                f"holding {type(record).__name__}"
-            )
-    return records  # type: ignore[return-value]
+        objects = [future.result() for future in runtime]
+        kernels = [future.result() for future in futures]
+    objects += [path for _, path in kernels]
+    sources = GeneratedSources(entry_point, tuple(source for source, _ in kernels))
+    return link_shared(objects, target), sources
 
 
 def _schedule(
-    job: KernelJob, target: Target, records: Sequence[MeasureRecord]
+    kernel: KernelSpec, target: Target, schedules: ScheduleSource | None
 ) -> tuple[State, bool]:
-    """The best record's schedule for the job's workload, else the default one."""
-    best = load_best(records, job.workload_key, target) if records else None
-    if best is not None:
-        try:
-            return replay(job.dag, best.steps), True
-        except ScheduleError as error:
-            warnings.warn(
-                f"the tuning record for kernel {job.name} does not apply to its DAG "
-                f"({error}); it gets its default schedule",
-                stacklevel=4,
-            )
-    return default_schedule(job.dag, target), False
+    """The tuned State for the kernel's workload, else its default schedule."""
+    tuned = schedules.lookup(kernel.workload_key, kernel.dag, target) if schedules else None
+    if tuned is not None:
+        return tuned, True
+    return default_schedule(kernel.dag, target), False
 
 
-def _kernel_source(
-    job: KernelJob, target: Target, records: Sequence[MeasureRecord] = ()
-) -> KernelSource:
-    state, tuned = _schedule(job, target, records)
-    func = lower(state, job.name)
-    if entry_symbols(func)[1] != job.symbol:
+def _compile_kernel(
+    kernel: KernelSpec, state: State, tuned: bool, target: Target
+) -> tuple[KernelSource, Path]:
+    compiled = compile_kernel(state, target, kernel.name, output=Output.OBJECT, flags=_OBJECT_FLAGS)
+    if compiled.packed_symbol != packed_symbol(kernel):
         raise BuildError(
-            f"kernel {job.name} was rendered with entry {entry_symbols(func)[1]}, not "
-            f"{job.symbol}; this is a bug in Ember, please report it"
+            f"kernel {kernel.name} was rendered with entry {compiled.packed_symbol}, not "
+            f"{packed_symbol(kernel)}; this is a bug in Ember, please report it"
         )
-    return KernelSource(job.name, kernel_source(func), func, tuned)
+    generated = compiled.kernel
+    return KernelSource(kernel.name, generated.source, generated.lowered, tuned), compiled.path
 
 
 @contextmanager

@@ -40,6 +40,17 @@ class ToolchainError(EmberError):
     """No usable compiler for the target, or compiling/linking generated code failed."""
 
 
+class CompileError(ToolchainError):
+    """The compiler rejected generated code: `argv` is the command, `returncode` its
+    exit status, `stderr` what it printed."""
+
+    def __init__(self, message: str, argv: list[str], returncode: int, stderr: str) -> None:
+        super().__init__(message)
+        self.argv = argv
+        self.returncode = returncode
+        self.stderr = stderr
+
+
 class KernelCallError(EmberError):
     """A compiled kernel was called with arrays that do not match its buffers."""
 

@@ -1,7 +1,7 @@
 """A fused group as a compiled kernel: the per-group build path of code generation.
 
     compiled = build_group(group, Target("llvm"))     # group_to_dag -> default_schedule
-    outputs = compiled(*arrays)                        #   -> lower -> build_kernel
+    outputs = compiled(*arrays)                        #   -> ember.backend.compile_kernel
 
 `arrays` are the group's inputs in `group.inputs` order (data inputs and params
 alike, what the kernel reads); the call allocates and returns the outputs in
@@ -13,23 +13,22 @@ group costs no compile).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
+from ember.backend import CompiledKernel, Kernel, compile_kernel
 from ember.errors import ToolchainError
 from ember.graph.ir import Value
 from ember.graph.passes.fuse import FusedGroup
 from ember.loop.ir import PrimFunc
+from ember.names import c_identifier
 from ember.schedule.default import default_schedule
-from ember.schedule.lower import lower
 from ember.schedule.state import State
 from ember.target import Target
 from ember.te.dag import ComputeDAG
-from ember.toolchain import Kernel, compile_shared, kernel_source, load_kernel
 from ember.topi import group_to_dag
 
 
@@ -60,24 +59,10 @@ class CompiledGroup:
         return {value.name: array for value, array in zip(self.outputs, results, strict=True)}
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class _Lowered:
-    group: FusedGroup
-    dag: ComputeDAG
-    inputs: tuple[Value, ...]
-    state: State
-    func: PrimFunc
-
-
 def kernel_name(group: FusedGroup) -> str:
-    """A C identifier for the group's kernel."""
-    return "ember_" + re.sub(r"[^0-9A-Za-z_]", "_", group.name)
-
-
-def _lower_group(group: FusedGroup, target: Target) -> _Lowered:
-    dag, inputs = group_to_dag(group)
-    state = default_schedule(dag, target)
-    return _Lowered(group, dag, inputs, state, lower(state, kernel_name(group)))
+    """A C identifier for the group's kernel (not `ember_...`: the C renderer keeps that
+    prefix for its helpers)."""
+    return c_identifier(f"group_{group.name}")
 
 
 def build_group(group: FusedGroup, target: Target) -> CompiledGroup:
@@ -86,25 +71,22 @@ def build_group(group: FusedGroup, target: Target) -> CompiledGroup:
 
 
 def build_groups(groups: Sequence[FusedGroup], target: Target) -> list[CompiledGroup]:
-    """Compile fused groups with their default schedules; sources compile in
-    parallel (the compiler runs outside the GIL), one cached library each."""
+    """Compile fused groups with their default schedules; they compile in parallel
+    (the compiler runs outside the GIL), one cached library each."""
     if not target.is_host:
         raise ToolchainError(
             f"target {target} does not run on this machine: build_groups loads the kernels "
-            "it compiles; cross-compile with ember.toolchain.compile_shared instead"
+            "it compiles; cross-compile with ember.backend.compile_kernel instead"
         )
-    lowered = [_lower_group(group, target) for group in groups]
-    sources = [kernel_source(item.func) for item in lowered]
-    with ThreadPoolExecutor(max_workers=max(1, min(len(sources), 8))) as pool:
-        paths = list(pool.map(lambda source: compile_shared([source], target), sources))
+
+    def build(group: FusedGroup) -> tuple[ComputeDAG, tuple[Value, ...], State, CompiledKernel]:
+        dag, inputs = group_to_dag(group)
+        state = default_schedule(dag, target)
+        return dag, inputs, state, compile_kernel(state, target, kernel_name(group))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(groups), 8))) as pool:
+        built = list(pool.map(build, groups))
     return [
-        CompiledGroup(
-            item.group,
-            item.dag,
-            item.inputs,
-            item.state,
-            item.func,
-            load_kernel(path, item.func, source),
-        )
-        for item, source, path in zip(lowered, sources, paths, strict=True)
+        CompiledGroup(group, dag, inputs, state, compiled.kernel.lowered, compiled.load())
+        for group, (dag, inputs, state, compiled) in zip(groups, built, strict=True)
     ]

@@ -6,9 +6,11 @@
     Target("cuda -arch=sm_90")   # parsed; not built yet
 
 `llvm` and `c` are synonyms: both mean "a CPU, through generated C" (`llvm` is kept so
-the strings users know from TVM work). The triple picks the toolchain (ember.toolchain);
-`-mcpu` and `-mattr` pick compiler flags and the SIMD width the schedules vectorise for;
-with neither -mcpu nor -mtriple the code is for this very machine (`-march=native`).
+the strings users know from TVM work). The triple picks the backend's toolchain
+(ember.toolchain); `-mcpu` and `-mattr` pick compiler flags; with neither -mcpu nor
+-mtriple the code is for this very machine (`-march=native`). What the device is (cores,
+vector width, caches, ISA features) is the device model's business (`ember.device`):
+a Target says what the string said, and which machine it names.
 `str(target)` gives the canonical string, and `Target(str(target)) == target`.
 """
 
@@ -25,60 +27,12 @@ KINDS = (*CPU_KINDS, "cuda")
 
 # Options each kind accepts, in the order `str()` prints them. `-device` and `-model`
 # are TVM's free-form labels (e.g. `-device=arm_cpu -model=rasp4b`): kept, not used.
+# `-backend` names the code generator (ember.backend; default `c` for CPUs).
 _OPTIONS = {
-    "llvm": ("mtriple", "mcpu", "mattr", "num-cores", "device", "model"),
-    "c": ("mtriple", "mcpu", "mattr", "num-cores", "device", "model"),
+    "llvm": ("mtriple", "mcpu", "mattr", "num-cores", "backend", "device", "model"),
+    "c": ("mtriple", "mcpu", "mattr", "num-cores", "backend", "device", "model"),
     "cuda": ("arch", "device", "model"),
 }
-
-# CPUs whose widest SIMD registers we know; anything else falls back to the
-# architecture's baseline (SSE2 on x86-64, NEON on AArch64: 128 bits).
-_CPU_VECTOR_BITS = {
-    **dict.fromkeys(
-        (
-            "skylake-avx512",
-            "cascadelake",
-            "cooperlake",
-            "icelake-client",
-            "icelake-server",
-            "tigerlake",
-            "rocketlake",
-            "sapphirerapids",
-            "emeraldrapids",
-            "graniterapids",
-            "znver4",
-            "znver5",
-            "x86-64-v4",
-        ),
-        512,
-    ),
-    **dict.fromkeys(
-        (
-            "haswell",
-            "broadwell",
-            "skylake",
-            "alderlake",
-            "raptorlake",
-            "meteorlake",
-            "znver1",
-            "znver2",
-            "znver3",
-            "x86-64-v3",
-            "sandybridge",
-            "ivybridge",
-        ),
-        256,
-    ),
-}
-
-# -mattr features that set the vector width, widest first.
-_FEATURE_VECTOR_BITS = (
-    ("avx512f", 512),
-    ("avx2", 256),
-    ("avx", 256),
-    ("sse2", 128),
-    ("neon", 128),
-)
 
 _ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "x64": "x86_64"}
 
@@ -100,21 +54,6 @@ def host_triple() -> str:
     return f"{arch}-unknown-{system or 'unknown'}"
 
 
-@functools.cache
-def host_cpu_features() -> frozenset[str]:
-    """The CPU feature flags of this machine (`/proc/cpuinfo`); empty where unknown."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
-            for line in cpuinfo:
-                key, _, value = line.partition(":")
-                # x86 says "flags", AArch64 says "Features" (with "asimd" for NEON).
-                if key.strip() in ("flags", "Features"):
-                    return frozenset(value.split())
-    except OSError:
-        pass
-    return frozenset()
-
-
 def _accepted(kind: str) -> str:
     return ", ".join(f"-{name}" for name in _OPTIONS[kind])
 
@@ -122,13 +61,15 @@ def _accepted(kind: str) -> str:
 @dataclass(frozen=True, slots=True, init=False)
 class Target:
     """A parsed target string. Fields hold what the string said; properties derive
-    what it means (triple defaults to this machine's, vector width from cpu/attrs)."""
+    which machine it names (the triple defaults to this machine's); what that machine
+    can do is `ember.device.device_model(target)`."""
 
     kind: str
     mtriple: str | None
     mcpu: str | None
     mattr: tuple[str, ...]
     num_cores: int | None
+    backend: str | None
     arch: str | None
     device: str | None
     model: str | None
@@ -158,6 +99,7 @@ class Target:
         set_field(self, "mcpu", options.get("mcpu"))
         set_field(self, "mattr", _parse_mattr(options.get("mattr"), spec))
         set_field(self, "num_cores", _parse_num_cores(options.get("num-cores"), spec))
+        set_field(self, "backend", options.get("backend"))
         set_field(self, "arch", options.get("arch"))
         set_field(self, "device", options.get("device"))
         set_field(self, "model", options.get("model"))
@@ -173,6 +115,7 @@ class Target:
             "mcpu": self.mcpu,
             "mattr": ",".join(self.mattr) if self.mattr else None,
             "num-cores": None if self.num_cores is None else str(self.num_cores),
+            "backend": self.backend,
             "arch": self.arch,
             "device": self.device,
             "model": self.model,
@@ -220,43 +163,6 @@ class Target:
         if not self.is_host:
             return False
         return self.mcpu == "native" or (self.mcpu is None and self.mtriple is None)
-
-    @property
-    def features(self) -> frozenset[str]:
-        """CPU features assumed by the code: the CPU's (this machine's when
-        `is_native`), plus `+feature`, minus `-feature` from -mattr."""
-        features = set(self._baseline_features())
-        for attr in self.mattr:
-            (features.add if attr[0] == "+" else features.discard)(attr[1:])
-        return frozenset(features)
-
-    @property
-    def vector_width_bits(self) -> int:
-        """Width of the widest SIMD register the generated code may use."""
-        widths = [bits for name, bits in _FEATURE_VECTOR_BITS if name in self.features]
-        return max(widths, default=128)
-
-    @property
-    def fp32_lanes(self) -> int:
-        return self.lanes("float32")
-
-    def lanes(self, dtype: str) -> int:
-        """How many `dtype` elements fill one vector register."""
-        bits = 8 if dtype == "bool" else int("".join(c for c in dtype if c.isdigit()) or 32)
-        return max(1, self.vector_width_bits // bits)
-
-    def _baseline_features(self) -> frozenset[str]:
-        if self.target_arch == "aarch64":
-            return frozenset({"neon"})
-        if self.is_native:
-            flags = host_cpu_features()
-            # AArch64 hosts report NEON as "asimd"; handled above. x86 flags as is.
-            return flags | {"sse2"} if self.target_arch == "x86_64" else flags
-        if self.target_arch == "x86_64":
-            bits = _CPU_VECTOR_BITS.get(self.mcpu or "", 128)
-            implied = {512: {"avx512f", "avx2", "avx"}, 256: {"avx2", "avx"}}.get(bits, set())
-            return frozenset({"sse2", *implied})
-        return frozenset()
 
 
 def _os_part(triple: str) -> str:

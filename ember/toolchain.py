@@ -1,8 +1,9 @@
-"""Compilers for generated C, chosen from the Target; a content-hash build cache; and
-loading a built kernel as a Python callable over NumPy arrays.
+"""The C toolchain: compilers for generated C chosen from the Target, and a
+content-hash build cache. The C backends (`ember.backend`) compile and link with it.
 
-    kernel = build_kernel(func, Target("llvm"))   # simplify, vectorize, render, compile
-    kernel(a, b, out)                              # checks shapes/dtypes, calls via ctypes
+    path = compile_shared([source], Target("llvm"))          # cached by content
+    path = compile_shared([source], target, output=my_path)  # uncached, into my_path
+    obj = compile_object(source, target); lib = link_shared([obj, ...], target)
 
 Compiler choice: for this machine `$CC`, else gcc, clang or cc; for
 `-mtriple=aarch64-linux-gnu` (any `<triple>`) the cross compiler `<triple>-gcc`; for
@@ -23,7 +24,6 @@ renamed into place, so a concurrent process never sees a half-written library.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import hashlib
 import os
@@ -36,16 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from ember.codegen.c import entry_symbols, render_c
-from ember.codegen.renderer import output_args
-from ember.config import cache_dir, debug_enabled
-from ember.errors import KernelCallError, ToolchainError
-from ember.loop.ir import PrimFunc
-from ember.loop.unroll import unroll_loops
-from ember.loop.vectorize import vectorize
-from ember.target import Target, host_cpu_features, host_triple
+from ember.config import cache_dir
+from ember.device import host_cpu_count, host_cpu_features
+from ember.errors import CompileError, ToolchainError
+from ember.target import Target
 
 # -fno-tree-loop-vectorize: Ember vectorizes explicitly (vector types for loops a
 # schedule marks vectorized), so the compiler's own loop vectorizer adds little, and
@@ -170,9 +164,15 @@ def _as_target(target: Target | str) -> Target:
 # -- building -------------------------------------------------------------------------
 
 
-def compile_shared(sources: Sequence[str], target: Target | str) -> Path:
-    """Compile C sources into one shared library for `target`; cached by content."""
-    return _build(sources, find_compiler(target), ("-shared",), ".so")
+def compile_shared(
+    sources: Sequence[str], target: Target | str, *, output: Path | None = None
+) -> Path:
+    """Compile C sources into one shared library for `target`; cached by content, or,
+    given `output`, written there and not cached (the tuning builder's thousands of
+    candidates must not fill the cache; a failure keeps no copy of the source)."""
+    if output is None:
+        return _build(sources, find_compiler(target), ("-shared",), ".so")
+    return _build_into(sources, find_compiler(target), Path(output))
 
 
 def compile_executable(
@@ -253,9 +253,28 @@ def _build(
     return final
 
 
+def _build_into(sources: Sequence[str], compiler: Compiler, output: Path) -> Path:
+    """Compile and link `sources` straight into the shared library `output`."""
+    if not sources:
+        raise ValueError("compile needs at least one source")
+    files = [output.with_name(f"{output.stem}.{i}.c") for i in range(len(sources))]
+    try:
+        for file, source in zip(files, sources, strict=True):
+            file.write_text(source)
+        args = [*map(str, files), "-shared", "-o", str(output), "-lm"]
+        _run(compiler, args, files, keep_failed=False)
+    except BaseException:
+        output.unlink(missing_ok=True)
+        raise
+    finally:
+        for file in files:
+            file.unlink(missing_ok=True)
+    return output
+
+
 def _compile_objects(compiler: Compiler, files: list[Path]) -> list[Path]:
     objects = [file.with_suffix(".o") for file in files]
-    workers = min(len(files), os.cpu_count() or 1)
+    workers = min(len(files), host_cpu_count())
     with ThreadPoolExecutor(max_workers=workers) as pool:
         jobs = [
             pool.submit(_run, compiler, ["-c", str(file), "-o", str(obj)], [file])
@@ -266,18 +285,30 @@ def _compile_objects(compiler: Compiler, files: list[Path]) -> list[Path]:
     return objects
 
 
-def _run(compiler: Compiler, args: list[str], sources: list[Path]) -> None:
+def _run(
+    compiler: Compiler, args: list[str], sources: list[Path], *, keep_failed: bool = True
+) -> None:
     argv = compiler.argv(*args)
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except OSError as error:
+        raise ToolchainError(f"cannot run compiler {argv[0]}: {error}") from error
     if result.returncode == 0:
         return
-    kept = _keep_failed_sources(sources)
     errors = "\n".join(result.stderr.splitlines()[:40])
-    raise ToolchainError(
-        f"compiling generated code failed ({shlex.join(argv[:1])} exited with "
-        f"{result.returncode}); the source is kept at {', '.join(map(str, kept))}. "
-        f"This is a bug in Ember's code generator or the toolchain setup; please report "
-        f"it with that file.\n{errors}"
+    failed = (
+        f"compiling generated code failed ({shlex.join(argv[:1])} exited with {result.returncode})"
+    )
+    if not keep_failed:
+        raise CompileError(f"{failed}:\n{errors}", argv, result.returncode, result.stderr)
+    kept = _keep_failed_sources(sources)
+    raise CompileError(
+        f"{failed}; the source is kept at {', '.join(map(str, kept))}. This is a bug in "
+        f"Ember's code generator or the toolchain setup; please report it with that "
+        f"file.\n{errors}",
+        argv,
+        result.returncode,
+        result.stderr,
     )
 
 
@@ -291,112 +322,3 @@ def _keep_failed_sources(sources: list[Path]) -> list[Path]:
             shutil.copyfile(source, target)
             kept.append(target)
     return kept
-
-
-# -- loading and calling ----------------------------------------------------------------
-
-
-class Kernel:
-    """A compiled kernel: call it with one C-contiguous NumPy array per buffer argument
-    of its PrimFunc, in order; it writes its outputs in place."""
-
-    def __init__(self, func: PrimFunc, path: Path, source: str | None = None) -> None:
-        self.func = func
-        self.path = Path(path)
-        self.source = source
-        self.outputs = output_args(func)
-        self._library = ctypes.CDLL(str(self.path))
-        _, packed = entry_symbols(func)
-        try:
-            self._entry = getattr(self._library, packed)
-        except AttributeError:
-            raise KernelCallError(
-                f"{self.path} has no entry point {packed}: it was not built from "
-                f"kernel '{func.name}'"
-            ) from None
-        self._entry.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_int32)
-        self._entry.restype = ctypes.c_int32
-
-    def __call__(self, *arrays: np.ndarray) -> None:
-        self.check_args(arrays)
-        pointers = (ctypes.c_void_p * max(len(arrays), 1))(*(a.ctypes.data for a in arrays))
-        status = self._entry(pointers, len(arrays))
-        if status != 0:
-            raise KernelCallError(f"kernel '{self.func.name}' returned error {status}")
-
-    def check_args(self, arrays: Sequence[np.ndarray]) -> None:
-        func = self.func
-        if len(arrays) != len(func.args):
-            names = ", ".join(b.name for b in func.args)
-            raise KernelCallError(
-                f"kernel '{func.name}' takes {len(func.args)} arrays ({names}), got {len(arrays)}"
-            )
-        for position, (buffer, array) in enumerate(zip(func.args, arrays, strict=True)):
-            where = f"argument {position} ('{buffer.name}') of kernel '{func.name}'"
-            if not isinstance(array, np.ndarray):
-                raise KernelCallError(f"{where} must be a NumPy array, not {type(array).__name__}")
-            expected = f"{buffer.dtype} array of shape {tuple(buffer.shape)}"
-            if array.dtype != np.dtype(buffer.dtype) or array.shape != tuple(buffer.shape):
-                raise KernelCallError(
-                    f"{where}: expected a {expected}, got a {array.dtype} array of shape "
-                    f"{array.shape}"
-                )
-            if not array.flags.c_contiguous:
-                raise KernelCallError(
-                    f"{where} is not C-contiguous: pass np.ascontiguousarray(...) of it"
-                )
-            if buffer in self.outputs:
-                self._check_output(where, position, array, arrays)
-
-    def _check_output(
-        self, where: str, position: int, array: np.ndarray, arrays: Sequence[np.ndarray]
-    ) -> None:
-        if not array.flags.writeable:
-            raise KernelCallError(f"{where} is an output but the array is read-only")
-        for other_position, other in enumerate(arrays):
-            if other_position != position and np.may_share_memory(array, other):
-                raise KernelCallError(
-                    f"{where} is an output and overlaps argument {other_position}: "
-                    "kernels assume their arrays do not alias; pass a separate array"
-                )
-
-
-def load_kernel(path: Path | str, func: PrimFunc, source: str | None = None) -> Kernel:
-    """Load a library built from `func`'s C source and return it as a callable."""
-    return Kernel(func, Path(path), source)
-
-
-def kernel_source(func: PrimFunc) -> str:
-    """The C source `build_kernel` compiles: unroll, simplify, vectorize, render."""
-    # Unroll first so simplify folds the unrolled loop variables into constant indices
-    # (which the renderer's register promotion needs); simplify before vectorize so
-    # index arithmetic is folded before it looks for affine (Ramp) forms; vectorize
-    # itself folds what its Ramp algebra produces.
-    func = unroll_loops(func)
-    func = _simplify(func)
-    func = vectorize(func)
-    if debug_enabled():
-        print(f"[ember] vectorized loop IR:\n{func}")
-    source = render_c(func)
-    if debug_enabled():
-        print(f"[ember] C source:\n{source}")
-    return source
-
-
-def _simplify(func: PrimFunc) -> PrimFunc:
-    from ember.loop.simplify import simplify
-
-    return simplify(func)
-
-
-def build_kernel(func: PrimFunc, target: Target | str = "llvm") -> Kernel:
-    """Compile `func` for this machine and load it: the whole path from loop IR to a
-    callable. Cross targets build with `compile_shared` and run on their device."""
-    target = _as_target(target)
-    if not target.is_host:
-        raise ToolchainError(
-            f"target {target} does not run on this machine ({host_triple()}): build it with "
-            "compile_shared(...) and run the library on the device (or under qemu)"
-        )
-    source = kernel_source(func)
-    return load_kernel(compile_shared([source], target), func, source)

@@ -15,6 +15,7 @@ from library_abi import run_library
 
 import ember
 import ember.toolchain
+from ember.device import device_model
 from ember.errors import BuildError, ToolchainError
 from ember.graph import GraphBuilder
 from ember.graph.interpret import interpret
@@ -169,7 +170,7 @@ def test_metadata_describes_the_original_graph() -> None:
         "dtype": "float32",
         "layout": "NK8n",
     }
-    lanes = ember.Target("llvm").lanes("float32")
+    lanes = device_model(ember.Target("llvm")).lanes("float32")
     assert len(packed) == 20  # the stem, 16 3x3 convs, 3 1x1 shortcut convs
     for entry in packed.values():
         assert entry["layout"] == f"OHWI{lanes}o" and entry["shape"][-1] == lanes

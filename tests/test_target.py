@@ -6,7 +6,6 @@ import platform
 
 import pytest
 
-from ember import target as target_module
 from ember.errors import EmberError, TargetError
 from ember.target import Target, host_triple
 
@@ -24,8 +23,6 @@ def test_parses_the_full_aarch64_string() -> None:
     assert target.num_cores == 4
     assert target.is_cpu
     assert target.is_host == (HOST_ARCH == "aarch64")
-    assert target.vector_width_bits == 128
-    assert target.fp32_lanes == 4
 
 
 def test_c_and_llvm_are_this_machine() -> None:
@@ -44,40 +41,11 @@ def test_cuda_is_parsed_but_not_a_cpu() -> None:
     assert not target.is_cpu and not target.is_host
 
 
-@pytest.mark.parametrize(
-    ("spec", "lanes"),
-    [
-        ("llvm -mcpu=znver4", 16),
-        ("llvm -mcpu=haswell", 8),
-        ("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512", 16),
-        ("llvm -mtriple=x86_64-linux-gnu -mattr=+avx2,+fma", 8),
-        ("llvm -mtriple=x86_64-linux-gnu -mattr=+avx512f", 16),
-        ("llvm -mtriple=x86_64-linux-gnu -mcpu=znver4 -mattr=-avx512f", 8),
-        ("llvm -mtriple=x86_64-linux-gnu", 4),
-        ("llvm -mtriple=aarch64-linux-gnu -mattr=+neon", 4),
-        ("llvm -mtriple=aarch64-linux-android", 4),
-    ],
-)
-def test_vector_width_from_cpu_and_attributes(spec: str, lanes: int) -> None:
-    target = Target(spec)
-    assert target.fp32_lanes == lanes
-    assert target.lanes("float64") == lanes // 2
-    assert target.lanes("int8") == lanes * 4
-
-
-@pytest.mark.parametrize(
-    ("flags", "lanes"),
-    [({"sse2", "avx", "avx2", "avx512f"}, 16), ({"sse2", "avx", "avx2"}, 8), ({"sse2"}, 4)],
-)
-def test_host_width_comes_from_cpuinfo_flags(
-    monkeypatch: pytest.MonkeyPatch, flags: set[str], lanes: int
-) -> None:
-    if HOST_ARCH != "x86_64":
-        pytest.skip("x86 cpuinfo flags only matter on an x86-64 host")
-    monkeypatch.setattr(target_module, "host_cpu_features", lambda: frozenset(flags))
-    assert Target("llvm").fp32_lanes == lanes
-    # An explicit -mcpu overrides what this machine has.
-    assert Target("llvm -mcpu=znver4").fp32_lanes == 16
+def test_backend_option_round_trips() -> None:
+    target = Target("llvm -backend=portable-c -mcpu=znver4")
+    assert target.backend == "portable-c"
+    assert str(target) == "llvm -mcpu=znver4 -backend=portable-c"
+    assert Target("llvm").backend is None
 
 
 def test_string_round_trip_equality_and_hash() -> None:

@@ -3,8 +3,8 @@ device and logged as tuning records.
 
     tasks, weights = extract_tasks(graph, params, "llvm")
     task = tasks[0]
-    task.tune(TuningOptions(num_measure_trials=200, measure_callbacks=[RecordToFile(log)]))
-    state = task.apply_best(log)
+    tune_task(task, TuningOptions(num_measure_trials=200, measure_callbacks=[RecordToFile(log)]))
+    state = apply_best(task, log)
     lib = ember.build(graph, "llvm", params=params, tuning_records=log)
 
 The pipeline of one round, one module each: `sketch` (template-free search space) ->
@@ -13,6 +13,15 @@ The pipeline of one round, one module each: `sketch` (template-free search space
 `features` extracted on every core by `feature_pool`) -> `builder` ->
 `runner` (measurement in worker processes, checked against `reference`) -> `records`
 (the log); `tuning` runs the rounds of one task, `task_scheduler` those of a network.
+
+Imports go one way, from data to drivers (tests/test_imports.py checks that there is
+no cycle); each module imports only from those before it:
+`hardware`, `records`, `task`, `worker` (plain data, the helper-process protocol) ->
+`measure` (what a measurement passes around; the Builder and Runner protocols) ->
+`cost_model`, `features`, `feature_pool`, `xgb_model` -> `sketch_rules`, `sketch`,
+`annotate`, `mutate` -> `search` -> `reference`, `builder`, `runner` -> `tuning` ->
+`task_scheduler`, and the helper processes' `*_worker` modules. A module that needs a
+type from further on takes a protocol defined before it instead.
 """
 
 from ember.autoschedule.builder import LocalBuilder
@@ -20,6 +29,7 @@ from ember.autoschedule.cost_model import CostModel, RandomModel
 from ember.autoschedule.hardware import HardwareParams
 from ember.autoschedule.measure import BuildResult, MeasureInput, MeasureResult, Timing
 from ember.autoschedule.records import (
+    ApplyHistoryBest,
     ErrorKind,
     MeasureRecord,
     RecordResult,
@@ -45,6 +55,7 @@ from ember.autoschedule.tuning import (
 )
 
 __all__ = [
+    "ApplyHistoryBest",
     "BuildResult",
     "CostModel",
     "ErrorKind",

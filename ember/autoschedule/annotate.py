@@ -34,7 +34,6 @@ from ember.autoschedule.sketch_rules import (
     divisors,
     is_reduction,
     vector_lanes,
-    vector_registers,
     vector_widths,
 )
 from ember.autoschedule.task import SearchTask
@@ -253,7 +252,7 @@ class _Annotator:
             shape = [a.extent for a in sketch.stages[index].compute_op.axes]
             reduce = [a.extent for a in op.reduce_axes]
             hardware = self.info.task.hardware_params
-            registers = vector_registers(hardware)
+            registers = hardware.vector_registers
             self.plans[index] = sample_tile(
                 shape, reduce, self.info.widths[index], registers, hardware.num_cores, self.rng
             )

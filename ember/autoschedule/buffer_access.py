@@ -20,16 +20,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from ember.device import dtype_bytes
 from ember.loop.analysis import Interval, const_interval, to_linear
-from ember.loop.ir import Buffer, ForKind, Load, Store, split_dtype
+from ember.loop.ir import Buffer, ForKind, Load, Store
 from ember.te.expr import Binary, BinaryOp, Const, Expr, Unary, UnaryOp, Var
 from ember.te.visit import free_vars
 
 CACHE_LINE_BYTES = 64
-
-_ITEM_BYTES: dict[str, int] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +41,7 @@ class Loop:
 
 def item_bytes(buffer: Buffer) -> int:
     """Bytes of one element of `buffer`."""
-    dtype = split_dtype(buffer.dtype)[0]
-    if dtype not in _ITEM_BYTES:
-        _ITEM_BYTES[dtype] = 1 if dtype == "bool" else int(np.dtype(dtype).itemsize)
-    return _ITEM_BYTES[dtype]
+    return dtype_bytes(buffer.dtype)
 
 
 @dataclass(frozen=True, slots=True)

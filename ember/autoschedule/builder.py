@@ -6,11 +6,11 @@ parallel helper processes.
         ...                                           # run them, then
         release(built)                                # delete the libraries
 
-Each candidate: `lower(state)` -> `kernel_source` (unroll, simplify, vectorize, render
-C) -> the target's compiler (`ember.toolchain.find_compiler`: `$CC` or gcc here, the
-cross compiler for a cross target, with the same flags `compile_shared` uses) -> a
-library in the builder's private temporary directory. Not the content-hash kernel
-cache: thousands of candidates would fill it, and `release` deletes their files.
+Each candidate goes the one way every kernel does, `ember.backend.compile_kernel`
+(lower, the target backend's passes, render, its toolchain with the flags every build
+uses), into a library in the builder's private temporary directory. Not the
+content-hash kernel cache: thousands of candidates would fill it, and `release`
+deletes their files.
 
 Lowering is pure Python, so the work is spread over `n_parallel` helper processes
 (`build_worker`; started, not forked, see `ember.autoschedule.worker`), which live as
@@ -23,9 +23,7 @@ for a bad candidate.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import tempfile
 import time
 import uuid
@@ -39,11 +37,9 @@ from pathlib import Path
 from ember.autoschedule.measure import ArgSpec, BuildResult, MeasureInput
 from ember.autoschedule.records import ErrorKind
 from ember.autoschedule.worker import START_TIMEOUT, Worker, WorkerCrashed, WorkerTimedOut
-from ember.codegen.c import entry_symbols
-from ember.codegen.renderer import output_args
-from ember.errors import EmberError
-from ember.schedule.lower import lower
-from ember.toolchain import find_compiler, kernel_source
+from ember.backend import compile_kernel
+from ember.device import host_cpu_count
+from ember.errors import CompileError, EmberError, ToolchainError
 
 WORKER_MODULE = "ember.autoschedule.build_worker"
 # The kernel's C name; the packed entry is `candidate_packed`.
@@ -61,43 +57,32 @@ class BuildRequest:
 
 
 def build_candidate(request: BuildRequest) -> BuildResult:
-    """Lower, render and compile one candidate; errors become results. Runs in a
-    helper process; time_cost is filled in by the builder, which sees the whole time."""
+    """Lower, render and compile one candidate (`ember.backend.compile_kernel`, into
+    the builder's directory, uncached); errors become results. Runs in a helper
+    process; time_cost is filled in by the builder, which sees the whole time."""
     measure_input = request.measure_input
+    library = Path(request.directory) / f"{request.name}.so"
     try:
-        func = lower(measure_input.state, KERNEL_NAME)
-        source = kernel_source(func)
-        outputs = output_args(func)
-        # `lower` passes the DAG's inputs first, in order: position = input index.
-        weights = measure_input.task.weight_inputs
-        args = tuple(
-            ArgSpec(tuple(int(n) for n in b.shape), b.dtype, b in outputs, i in weights)
-            for i, b in enumerate(func.args)
+        compiled = compile_kernel(
+            measure_input.state, measure_input.task.target, KERNEL_NAME, path=library
         )
-        symbol = entry_symbols(func)[1]
-    except Exception as error:  # any failure to lower is the candidate's
+    except CompileError as error:
+        status = f"{error.argv[0]} exited with status {error.returncode}"
+        message = f"{status}:\n{_first_errors(error.stderr)}"
+        return BuildResult(None, "", (), ErrorKind.COMPILE, message)
+    except ToolchainError as error:  # no compiler, a target no backend builds
+        return BuildResult(None, "", (), ErrorKind.COMPILE, str(error))
+    except Exception as error:  # any other failure is the candidate's lowering
         message = f"{type(error).__name__}: {error}"
         return BuildResult(None, "", (), ErrorKind.INSTANTIATION, message)
-    directory = Path(request.directory)
-    source_path = directory / f"{request.name}.c"
-    library = directory / f"{request.name}.so"
-    try:
-        compiler = find_compiler(measure_input.task.target)
-        source_path.write_text(source)
-        # The command compile_shared runs for one source, into our own directory.
-        argv = compiler.argv(str(source_path), "-shared", "-o", str(library), "-lm")
-        completed = subprocess.run(argv, capture_output=True, text=True, check=False)
-    except (EmberError, OSError) as error:
-        return BuildResult(None, symbol, args, ErrorKind.COMPILE, str(error))
-    finally:
-        source_path.unlink(missing_ok=True)
-    if completed.returncode != 0:
-        library.unlink(missing_ok=True)
-        message = f"{argv[0]} exited with status {completed.returncode}"
-        return BuildResult(
-            None, symbol, args, ErrorKind.COMPILE, f"{message}:\n{_first_errors(completed.stderr)}"
-        )
-    return BuildResult(str(library), symbol, args)
+    kernel = compiled.kernel
+    # `lower` passes the DAG's inputs first, in order: position = input index.
+    weights = measure_input.task.weight_inputs
+    args = tuple(
+        ArgSpec(tuple(int(n) for n in b.shape), b.dtype, b in kernel.outputs, i in weights)
+        for i, b in enumerate(kernel.args)
+    )
+    return BuildResult(str(library), kernel.packed_symbol, args)
 
 
 def _first_errors(stderr: str) -> str:
@@ -105,14 +90,6 @@ def _first_errors(stderr: str) -> str:
     lines = stderr.splitlines()
     first = next((i for i, line in enumerate(lines) if "error" in line.lower()), 0)
     return "\n".join(lines[first : first + _ERROR_LINES])
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 class LocalBuilder:
@@ -125,7 +102,7 @@ class LocalBuilder:
             raise EmberError(f"n_parallel={n_parallel} must be at least 1 (or None: one per CPU)")
         if not timeout > 0:
             raise EmberError(f"timeout={timeout} must be a positive number of seconds")
-        self.n_parallel = n_parallel or available_cpus()
+        self.n_parallel = n_parallel or host_cpu_count()
         self.timeout = float(timeout)
         self._pool = _Pool(Path(tempfile.mkdtemp(prefix="ember-candidates-")))
         self._finalizer = weakref.finalize(self, self._pool.stop)

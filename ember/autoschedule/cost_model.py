@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from ember.autoschedule.measure import MeasureInput, MeasureResult
+from ember.autoschedule.task import SearchTask
 from ember.schedule.state import State
-
-if TYPE_CHECKING:
-    from ember.autoschedule.measure import MeasureInput, MeasureResult
-    from ember.autoschedule.task import SearchTask
 
 
 class CostModel(Protocol):

@@ -20,7 +20,6 @@ helpers. Batches smaller than `MIN_SHARE` states a helper are not split.
 
 from __future__ import annotations
 
-import os
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ import numpy as np
 
 from ember.autoschedule.features import extract_features_batch
 from ember.autoschedule.worker import Worker, WorkerCrashed, WorkerError, WorkerTimedOut
+from ember.device import host_cpu_count
 from ember.schedule.state import State
 
 WORKER_MODULE = "ember.autoschedule.feature_worker"
@@ -40,7 +40,7 @@ SHARE_TIMEOUT = 120.0
 
 def default_helpers() -> int:
     """One helper per core beyond the first (this process extracts a share too)."""
-    return max(0, (os.cpu_count() or 1) - 1)
+    return max(0, host_cpu_count() - 1)
 
 
 class FeaturePool:

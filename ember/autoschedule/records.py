@@ -23,7 +23,9 @@ from typing import Any
 
 from ember.errors import EmberError
 from ember.schedule.state import ScheduleError, State
-from ember.schedule.steps import Step, step_from_json
+from ember.schedule.steps import Step, replay, step_from_json
+from ember.target import Target
+from ember.te.dag import ComputeDAG
 
 RECORD_VERSION = 1
 
@@ -303,6 +305,36 @@ def load_best(
     return best
 
 
+class ApplyHistoryBest:
+    """Tuned schedules from records (a file or MeasureRecords), for `ember.build`: the
+    best valid record's steps for a workload and target (`ScheduleSource`)."""
+
+    def __init__(self, source: str | os.PathLike[str] | Iterable[MeasureRecord]) -> None:
+        records = _records(source)
+        self.records = records
+        self._best = {(r.task.workload_key, r.task.target): r for r in distill(records)}
+
+    def best(self, workload_key: str, target: object) -> MeasureRecord | None:
+        """The best valid record for the workload and target (or its string)."""
+        return self._best.get((workload_key, str(target)))
+
+    def lookup(self, workload_key: str, dag: ComputeDAG, target: Target) -> State | None:
+        """The best record's State for `dag`; None (and a warning, when a record exists
+        but its steps do not apply to `dag`) for the default schedule."""
+        best = self.best(workload_key, target)
+        if best is None:
+            return None
+        try:
+            return replay(dag, best.steps)
+        except ScheduleError as error:
+            warnings.warn(
+                f"the tuning record for workload {workload_key} does not apply to its DAG "
+                f"({error}); it gets its default schedule",
+                stacklevel=3,
+            )
+            return None
+
+
 def distill(records: Iterable[MeasureRecord]) -> list[MeasureRecord]:
     """The best valid record per (workload key, target), in first-seen order."""
     best: dict[tuple[str, str], MeasureRecord] = {}
@@ -382,6 +414,7 @@ def summarize(records: Iterable[MeasureRecord]) -> list[TaskRecordSummary]:
 
 __all__ = [
     "RECORD_VERSION",
+    "ApplyHistoryBest",
     "ErrorKind",
     "MeasureRecord",
     "RecordResult",

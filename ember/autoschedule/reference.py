@@ -40,20 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.autoschedule.measure import ArgSpec
+from ember.runtime.module import aligned_empty
 from ember.te.dag import ComputeDAG
 from ember.te.tensor import ComputeOp
-
-ALIGNMENT = 64  # bytes; as the kernels' own allocations (ember.codegen.c)
-
-
-def aligned_empty(shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """An uninitialised C-contiguous array whose data starts on a 64-byte boundary, so
-    timings do not depend on where NumPy happened to place it."""
-    dtype_ = np.dtype(dtype)
-    nbytes = max(1, math.prod(shape)) * dtype_.itemsize
-    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
-    return raw[start : start + nbytes].view(dtype_)[: math.prod(shape)].reshape(shape)
 
 
 def reference_arguments(args: Sequence[ArgSpec], seed: int = 0) -> list[np.ndarray]:

@@ -40,6 +40,7 @@ from ember.autoschedule.records import state_key
 from ember.autoschedule.sketch_rules import (
     contiguous_in,
     epilogue_output,
+    expanded_reads,
     has_data_reuse,
     has_loops,
     index_of,
@@ -48,7 +49,6 @@ from ember.autoschedule.sketch_rules import (
     is_reduction,
     needs_rfactor,
     padding_choices,
-    reads_of,
 )
 from ember.autoschedule.task import SearchTask
 from ember.schedule.state import IteratorKind, State
@@ -287,7 +287,7 @@ def _split_root_stages(state: State, done: set[int], partials: set[int]) -> Stat
         op = stage.compute_op
         last = op.axes[-1]
         short = last.extent < 4 and id(stage.tensor) not in partials
-        if short or not contiguous_in(reads_of(state, index), last.var, 1):
+        if short or not contiguous_in(expanded_reads(state, index), last.var, 1):
             continue
         position = stage.iter_index(last.name)
         state = SplitStep(index, position, (1,)).apply(state)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 
 from ember.autoschedule.hardware import HardwareParams
-from ember.loop.analysis import linear_coefficients
-from ember.schedule.default import contiguous_in
-from ember.schedule.lower import expanded_body, loop_readers
+from ember.schedule.default import broadcasts_from, contiguous_in
+from ember.schedule.default import vector_lanes as stage_vector_lanes
+from ember.schedule.lower import expanded_reads, loop_readers
 from ember.schedule.state import FuseRelation, Location, SplitRelation, Stage, State
-from ember.te.expr import Reduce, Select, TensorRead, Var
+from ember.te.expr import Reduce, Select, Var
 from ember.te.tensor import Tensor
-from ember.te.visit import free_vars, walk
+from ember.te.visit import free_vars
 
 # A reduction whose spatial extent is below the cores and whose reduction is at least
 # this long gets an rfactor sketch: its partial sums give the vectors and threads.
@@ -45,11 +45,6 @@ def is_reduction(stage: Stage) -> bool:
     )
 
 
-def reads_of(state: State, index: int) -> list[TensorRead]:
-    """The tensor reads of stage `index` once inlined producers are substituted."""
-    return [n for n in walk(expanded_body(state, index)) if isinstance(n, TensorRead)]
-
-
 def has_data_reuse(state: State, index: int) -> bool:
     """Whether a reduction reads some element for more than one output element: a read
     that does not depend on one of its (non-trivial) spatial axes, as a conv's weights
@@ -60,7 +55,7 @@ def has_data_reuse(state: State, index: int) -> bool:
     if not is_reduction(stage):
         return False
     spatial = {axis.var for axis in stage.compute_op.axes if axis.extent > 1}
-    for read in reads_of(state, index):
+    for read in expanded_reads(state, index):
         used: set[Var] = set().union(*(free_vars(i) for i in read.indices))
         if spatial - used:
             return True
@@ -79,7 +74,7 @@ def epilogue_output(state: State, anchor: int) -> int | None:
         return None
     output = state.stages[readers[0]]
     own = tuple(axis.var for axis in output.compute_op.axes)
-    reads = [r for r in reads_of(state, readers[0]) if r.tensor is stage.tensor]
+    reads = [r for r in expanded_reads(state, readers[0]) if r.tensor is stage.tensor]
     if output.tensor.shape != stage.tensor.shape or any(r.indices != own for r in reads):
         return None
     return readers[0]
@@ -106,35 +101,15 @@ def padding_choices(state: State, index: int) -> tuple[bool, ...]:
     if op.axes[-1].var in free_vars(op.body.condition):
         return (True,)
     readers = [r for r in state.consumers(index) if is_reduction(state.stages[r])]
-    broadcast = any(_broadcasts_from(state, r, state.stages[index].tensor) for r in readers)
+    broadcast = any(broadcasts_from(state, r, state.stages[index].tensor) for r in readers)
     if not any(has_data_reuse(state, r) for r in readers):
         return (broadcast,)
     return (broadcast, not broadcast)
 
 
-def _broadcasts_from(state: State, reader: int, tensor: Tensor) -> bool:
-    """Whether `reader` reads `tensor` other than as vectors along its innermost axis
-    (a conv's input: one element broadcast against a vector of weights)."""
-    innermost = state.stages[reader].compute_op.axes[-1].var
-    for read in reads_of(state, reader):
-        if read.tensor is not tensor:
-            continue
-        linear = linear_coefficients(read.indices[-1], innermost)
-        vector = linear is not None and linear[0] == 1
-        if not vector or any(innermost in free_vars(i) for i in read.indices[:-1]):
-            return True
-    return False
-
-
-def dtype_bytes(dtype: str) -> int:
-    digits = "".join(c for c in dtype if c.isdigit())
-    return max(1, int(digits) // 8) if digits else 1
-
-
 def vector_lanes(state: State, index: int, hardware: HardwareParams) -> int:
     """Lanes of one vector register for the widest element type the stage touches."""
-    dtypes = {state.stages[index].tensor.dtype} | {r.tensor.dtype for r in reads_of(state, index)}
-    return max(1, min(hardware.vector_bytes // dtype_bytes(d) for d in dtypes))
+    return stage_vector_lanes(state, index, hardware.vector_bytes)
 
 
 def vector_widths(state: State, index: int, axis: int, hardware: HardwareParams) -> list[int]:
@@ -142,7 +117,7 @@ def vector_widths(state: State, index: int, axis: int, hardware: HardwareParams)
     stage's spatial axis `axis` along which every read is contiguous; [1] if none."""
     op = state.stages[index].compute_op
     var, extent = op.axes[axis].var, op.axes[axis].extent
-    reads = reads_of(state, index)
+    reads = expanded_reads(state, index)
     widths = []
     width = vector_lanes(state, index, hardware)
     while width >= 4:
@@ -150,11 +125,6 @@ def vector_widths(state: State, index: int, axis: int, hardware: HardwareParams)
             widths.append(width)
         width //= 2
     return widths or [1]
-
-
-def vector_registers(hardware: HardwareParams) -> int:
-    """Vector registers to fill with accumulators: 32 on AVX-512, 16 on AVX2 and NEON."""
-    return 32 if hardware.vector_bytes >= 64 else 16
 
 
 def needs_rfactor(stage: Stage, hardware: HardwareParams) -> bool:
@@ -178,7 +148,7 @@ def attached_region(state: State, index: int) -> tuple[int, ...] | None:
     target = state.stages[stage.attach_stage]
     axes = target.compute_op.axes
     own = tuple(axis.var for axis in axes)
-    reads = [r for r in reads_of(state, stage.attach_stage) if r.tensor is stage.tensor]
+    reads = [r for r in expanded_reads(state, stage.attach_stage) if r.tensor is stage.tensor]
     if not reads or any(r.indices != own for r in reads):
         return None
     origin = iterator_origins(target)

@@ -5,9 +5,9 @@
         print(format_task(index, task, weight))
 
 A task is the ComputeDAG of one fused group plus the target and its hardware
-parameters. The graph goes through exactly the passes `ember.build` runs
-(`ember.build.optimize`, then `fuse`), so every task is a kernel the build will
-compile; groups with the same workload key are one task, and its weight counts them
+parameters. The graph is split by `ember.partition`, as `ember.build` splits it, so
+every task is a kernel the build will compile; groups with the same workload key are
+one task, and its weight counts them
 (end-to-end latency ~ sum(latency[t] * weight[t])). A task also knows which DAG inputs
 are the group's constant params (`weight_inputs`), so a runner can time a candidate
 with its weights cold and its activations warm, as in the network.
@@ -15,27 +15,18 @@ with its weights cold and its activations warm, as in the network.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ember.autoschedule.hardware import HardwareParams
 from ember.errors import EmberError
 from ember.graph.ir import Graph
-from ember.graph.passes import FusedGroup, GroupKind, fuse
+from ember.partition import partition
 from ember.target import Target
 from ember.te.dag import ComputeDAG
 from ember.te.tensor import ComputeOp
-from ember.topi import NOT_EXPRESSIBLE, group_to_dag
-
-if TYPE_CHECKING:  # the tuning modules import this one
-    from ember.autoschedule.cost_model import CostModel
-    from ember.autoschedule.records import MeasureRecord
-    from ember.autoschedule.tuning import TuneResult, TuningOptions
-    from ember.schedule.state import State
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,24 +65,6 @@ class SearchTask:
             )
         return cls(dag, dag.workload_key, target, params, dag.flop_count, desc, positions)
 
-    def tune(
-        self,
-        options: TuningOptions | None = None,
-        cost_model: CostModel | None = None,
-        load_log_file: str | os.PathLike[str] | None = None,
-        seed: int | None = None,
-    ) -> TuneResult:
-        """Search for this task's fastest State (`ember.autoschedule.tuning.tune_task`)."""
-        from ember.autoschedule.tuning import tune_task
-
-        return tune_task(self, options, cost_model, load_log_file=load_log_file, seed=seed)
-
-    def apply_best(self, log: str | os.PathLike[str] | Iterable[MeasureRecord]) -> State:
-        """The fastest valid State for this task in a records file (or records)."""
-        from ember.autoschedule.tuning import apply_best
-
-        return apply_best(self, log)
-
 
 def extract_tasks(
     graph: Graph,
@@ -108,31 +81,24 @@ def extract_tasks(
     to the best. Groups no kernel expresses (run by a C helper) are never tasks.
     A task's `weight_inputs` are those of its first group (the inputs that are graph
     params)."""
-    # The build's own checks and passes: one code path (imported here because the
-    # build applies tuning records, which depend on this package).
-    from ember.build import checked_params, optimize
-
     target = target if isinstance(target, Target) else Target(target)
     hardware = hardware_params or HardwareParams.for_target(target)
-    optimized, arrays = optimize(graph, checked_params(graph, params), target)
-    fused = fuse(optimized, arrays)
-    tasks: dict[str, SearchTask] = {}
-    weights: dict[str, int] = {}
-    for group in fused.groups:
-        if _runs_in_helper(group):
+    tasks: list[SearchTask] = []
+    weights: list[int] = []
+    for kernel in partition(graph, params, target).kernels:  # the build's own split
+        if not include_simple_tasks and is_simple(kernel.dag):
             continue
-        dag, values = group_to_dag(group)
-        if not include_simple_tasks and is_simple(dag):
-            continue
-        key = dag.workload_key
-        if key not in tasks:
-            param_names = {value.name for value in group.params}
-            weight_inputs = [i for i, value in enumerate(values) if value.name in param_names]
-            tasks[key] = SearchTask.create(
-                dag, target, hardware, desc=group.name, weight_inputs=weight_inputs
+        tasks.append(
+            SearchTask.create(
+                kernel.dag,
+                target,
+                hardware,
+                desc=kernel.group.name,
+                weight_inputs=kernel.weight_inputs,
             )
-        weights[key] = weights.get(key, 0) + 1
-    return list(tasks.values()), [weights[key] for key in tasks]
+        )
+        weights.append(kernel.count)
+    return tasks, weights
 
 
 def is_simple(dag: ComputeDAG) -> bool:
@@ -152,8 +118,3 @@ def format_task(index: int, task: SearchTask, weight: int | None = None) -> str:
         extra += f", weight {weight}"
     lines.append(extra)
     return "\n".join(lines)
-
-
-def _runs_in_helper(group: FusedGroup) -> bool:
-    # Same rule as ember.build's plan: such a group has no DAG and no kernel.
-    return group.kind == GroupKind.OPAQUE and group.nodes[0].op in NOT_EXPRESSIBLE

@@ -33,12 +33,12 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ember.autoschedule.cost_model import CostModel, RandomModel
+from ember.autoschedule.measure import Builder, Runner
 from ember.autoschedule.records import load_records
 from ember.autoschedule.search import SearchParams
 from ember.autoschedule.task import SearchTask
@@ -50,9 +50,6 @@ from ember.autoschedule.tuning import (
     measurers,
 )
 from ember.te.tensor import ComputeOp
-
-if TYPE_CHECKING:
-    from ember.autoschedule.measure import Builder, Runner
 
 STRATEGIES = ("gradient", "round-robin")
 # Share of the recent rate in the expected improvement (the rest: the forecast).

@@ -2,8 +2,8 @@
 
     log = "conv.json"
     options = TuningOptions(num_measure_trials=200, measure_callbacks=[RecordToFile(log)])
-    result = task.tune(options)                    # ember.autoschedule.tune_task
-    state = task.apply_best(log)                   # the fastest valid State in the log
+    result = tune_task(task, options)
+    state = apply_best(task, log)                  # the fastest valid State in the log
 
 A round asks the search for `num_measures_per_round` unmeasured states, compiles them
 (`Builder`), times them on the device (`Runner`), checks each candidate that would
@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from ember.autoschedule.builder import LocalBuilder
 from ember.autoschedule.cost_model import CostModel, RandomModel
 from ember.autoschedule.measure import (
     Builder,
@@ -43,6 +44,7 @@ from ember.autoschedule.records import (
     load_records,
     steps_key,
 )
+from ember.autoschedule.runner import LocalRunner
 from ember.autoschedule.search import EvolutionarySearch, SearchParams
 from ember.autoschedule.task import SearchTask
 from ember.errors import EmberError
@@ -297,9 +299,6 @@ def tune_task(
 def measurers(options: TuningOptions) -> tuple[Builder, Runner, list[_Closable]]:
     """The options' builder and runner, local ones made for the call when None (the
     list of those, to close when done)."""
-    from ember.autoschedule.builder import LocalBuilder
-    from ember.autoschedule.runner import LocalRunner
-
     owned: list[_Closable] = []
     builder = options.builder
     if builder is None:
@@ -343,7 +342,7 @@ def apply_best(task: SearchTask, log: str | os.PathLike[str] | Iterable[MeasureR
         where = log if isinstance(log, str | os.PathLike) else "the given records"
         raise TuningError(
             f"{where} has no valid record for task {task.desc or task.workload_key} on "
-            f"target {task.target}; tune it first (task.tune(...) or ember tune)"
+            f"target {task.target}; tune it first (tune_task(task, ...) or ember tune)"
         )
     try:
         return replay(task.compute_dag, record.steps)

@@ -1,7 +1,7 @@
 """`XGBModel`: the learned cost model, gradient-boosted trees over program features.
 
     model = XGBModel(seed=0)
-    task.tune(options, cost_model=model)           # learns from every round
+    tune_task(task, options, cost_model=model)     # learns from every round
     model.save("model.npz"); model.load("model.npz")
     model.update_from_file("conv.json", tasks)     # warm start from a tuning log
 

@@ -13,8 +13,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ember.cli_commands.common import format_bytes, format_count
+from ember.runtime.abi import TensorSpec
 from ember.runtime.artifact import read_metadata
-from ember.runtime.module import ModuleInfo, TensorSpec
+from ember.runtime.module import ModuleInfo
 
 
 def is_artifact(model: str) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import InputError, UsageError
-from ember.runtime.module import TensorSpec
+from ember.runtime.abi import TensorSpec
 
 FILL_MODES = ("random", "zeros", "ones")
 

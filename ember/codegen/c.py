@@ -1,4 +1,5 @@
-"""C code generation: a PrimFunc (after `vectorize`) as a C11 translation unit.
+"""C code generation: a PrimFunc (after the C backend's passes: unroll, simplify,
+vectorize, promote_registers) as a C11 translation unit.
 
 The kernel `void name(const float* restrict a, ..., float* restrict out)` takes its
 buffers in argument order, inputs as pointers to const (outputs are the buffers the
@@ -45,6 +46,7 @@ from ember.codegen.renderer import (
     needs_checked_division,
     output_args,
 )
+from ember.device import dtype_bits
 from ember.errors import CodegenError
 from ember.loop.ir import (
     Allocate,
@@ -59,12 +61,12 @@ from ember.loop.ir import (
     split_dtype,
     vector_dtype,
 )
-from ember.loop.registers import is_register, promote_registers
-from ember.loop.vectorize import flatten_index, lanes_of, vectorize
+from ember.loop.registers import is_register
+from ember.loop.vectorize import flatten_index, lanes_of
+from ember.runtime.abi import ALIGNMENT
 from ember.te.expr import Binary, BinaryOp, Call, Cast, Const, Expr, Select, Unary, UnaryOp
 from ember.te.visit import walk
 
-ALIGNMENT = 64
 STACK_LIMIT_BYTES = 256 * 1024
 
 C_TYPES = {
@@ -80,7 +82,6 @@ C_TYPES = {
     "uint64": "uint64_t",
     "bool": "_Bool",
 }
-_BITS = {"float32": 32, "float64": 64, "bool": 8}
 
 # Math functions by Call name; float32 takes the `f` suffix. sigmoid is a helper.
 C_MATH = {
@@ -110,10 +111,9 @@ _PREAMBLE = """\
 
 
 def render_c(func: PrimFunc) -> str:
-    """C source of `func`. VECTORIZED loops left in it are vectorized first (a no-op
-    on the output of `vectorize`; `build_kernel` also unrolls and simplifies before
-    that), then small constant-indexed local buffers are promoted to variables."""
-    return CRenderer(promote_registers(vectorize(func))).render()
+    """C source of `func`, which the C backend's passes have prepared (no VECTORIZED
+    loop left: `ember.backend.c.CBackend.passes`); rendering only renders."""
+    return CRenderer(func).render()
 
 
 def entry_symbols(func: PrimFunc) -> tuple[str, str]:
@@ -124,8 +124,8 @@ def entry_symbols(func: PrimFunc) -> tuple[str, str]:
 
 
 def bits_of(dtype: str) -> int:
-    base = split_dtype(dtype)[0]
-    return _BITS.get(base) or int("".join(c for c in base if c.isdigit()))
+    """Bits of one lane of `dtype` as stored (a bool is a byte)."""
+    return dtype_bits(dtype)
 
 
 def lane_bits(dtype: str) -> int:
@@ -249,7 +249,7 @@ class CRenderer(Renderer):
             self.stmt(allocate.body)
             return
         if on_stack:
-            self.emit(f"{c_type} {name}[{size}] __attribute__((aligned({ALIGNMENT})));")
+            self.emit(self.stack_array(c_type, name, size))
             self.stmt(allocate.body)
             return
         # aligned_alloc wants a multiple of the alignment.
@@ -259,6 +259,10 @@ class CRenderer(Renderer):
         )
         self.stmt(allocate.body)
         self.emit(f"free({name});")
+
+    def stack_array(self, c_type: str, name: str, size: int) -> str:
+        """The declaration of an aligned array on the stack."""
+        return f"{c_type} {name}[{size}] __attribute__((aligned({ALIGNMENT})));"
 
     def rendered(self, expr: Expr) -> tuple[str, int]:
         if isinstance(expr, Load) and expr.buffer in self.registers:

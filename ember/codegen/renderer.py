@@ -39,6 +39,7 @@ from ember.loop.ir import (
     split_dtype,
 )
 from ember.loop.vectorize import flatten_index, lanes_of
+from ember.names import C_KEYWORDS, NameSupply, c_identifier
 from ember.te.expr import (
     Binary,
     BinaryOp,
@@ -93,14 +94,6 @@ _NON_NEGATIVE_OPS = frozenset(
 # C computes these in int; their wrap-around stays with the helpers.
 _SMALL_INTS = frozenset({"int8", "int16", "uint8", "uint16"})
 
-# C keywords and names the generated code itself uses.
-_RESERVED_WORDS = """
-auto break case char const continue default do double else enum extern float for
-goto if inline int long register restrict return short signed sizeof static struct
-switch typedef union unsigned void volatile while _Bool _Complex _Imaginary bool
-true false main args num_args free memcpy aligned_alloc malloc errno NAN INFINITY
-"""
-C_KEYWORDS = frozenset(_RESERVED_WORDS.split())
 _LIBRARY_PREFIXES = ("ember_", "omp_", "__")
 # Library functions and type names (stdint types, our vector typedefs) to steer clear of.
 _LIBRARY_NAME = re.compile(
@@ -146,12 +139,10 @@ class Names:
 
     def __init__(self) -> None:
         self._by_key: dict[object, str] = {}
-        self._used: set[str] = set(C_KEYWORDS)
+        self._supply = NameSupply(taken=C_KEYWORDS, clean=_c_name)
 
     def reserve(self, name: str) -> str:
-        unique = self._unique(name)
-        self._used.add(unique)
-        return unique
+        return self._supply.fresh(name)
 
     def of(self, key: Buffer | Var) -> str:
         name = self._by_key.get(key)
@@ -159,14 +150,13 @@ class Names:
             name = self._by_key[key] = self.reserve(key.name)
         return name
 
-    def _unique(self, hint: str) -> str:
-        name = re.sub(r"\W", "_", hint) or "v"
-        if name[0].isdigit() or name.startswith(_LIBRARY_PREFIXES) or _LIBRARY_NAME.match(name):
-            name = f"v_{name.lstrip('_')}"
-        candidate, suffix = name, 1
-        while candidate in self._used:
-            candidate, suffix = f"{name}_{suffix}", suffix + 1
-        return candidate
+
+def _c_name(hint: str) -> str:
+    """`hint` as a C identifier that is no library function, type or prefix."""
+    name = c_identifier(hint) or "v"
+    if name[0].isdigit() or name.startswith(_LIBRARY_PREFIXES) or _LIBRARY_NAME.match(name):
+        name = f"v_{name.lstrip('_')}"
+    return name
 
 
 def const_steps(stmt: Stmt) -> float:
@@ -272,7 +262,10 @@ class Renderer:
             self.unrolled_loop(loop, int(loop.extent.value))  # type: ignore[attr-defined]
             return
         if loop.kind is ForKind.VECTORIZED:
-            raise CodegenError("run ember.loop.vectorize.vectorize before rendering")
+            raise CodegenError(
+                "a VECTORIZED loop reached the renderer: the backend's passes (vectorize or "
+                "scalarize) must run before rendering"
+            )
         pragma = self.loop_pragma(loop)
         if pragma:
             self.emit(pragma)

@@ -15,6 +15,7 @@ from typing import TypeAlias
 
 import numpy as np
 
+from ember import names
 from ember.errors import ShapeError
 
 Shape: TypeAlias = tuple[int, ...]
@@ -168,14 +169,13 @@ class Graph:
         return format_graph(self)
 
 
-class NameSupply:
-    """Hands out names not taken yet: the hint itself, else `hint_1`, `hint_2`, ...
-    Hints are cleaned to letters, digits and `_.:/-`, so names print unambiguously."""
+class NameSupply(names.NameSupply):
+    """Names for a graph's values and nodes (`ember.names.NameSupply`): the hint
+    itself, else `hint_1`, `hint_2`, ... Hints are cleaned to letters, digits and
+    `_.:/-`, so names print unambiguously."""
 
     def __init__(self, taken: Iterable[str] = ()) -> None:
-        self._taken = set(taken)
-        # Per hint, the last suffix handed out: every smaller one is taken already.
-        self._last_suffix: dict[str, int] = {}
+        super().__init__(taken, clean=_graph_name)
 
     @classmethod
     def for_graph(cls, graph: Graph) -> NameSupply:
@@ -183,21 +183,9 @@ class NameSupply:
         value_names = [value.name for value in graph.values()]
         return cls([*value_names, *(node.name for node in graph.nodes)])
 
-    def take(self, name: str) -> bool:
-        """Claim `name` exactly; False if it was taken already."""
-        if name in self._taken:
-            return False
-        self._taken.add(name)
-        return True
 
-    def fresh(self, hint: str) -> str:
-        base = re.sub(r"[^A-Za-z0-9_.:/-]", "_", hint) or "v"
-        name = base
-        while name in self._taken:
-            self._last_suffix[base] = self._last_suffix.get(base, 0) + 1
-            name = f"{base}_{self._last_suffix[base]}"
-        self._taken.add(name)
-        return name
+def _graph_name(hint: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.:/-]", "_", hint) or "v"
 
 
 def param_count(graph: Graph) -> int:

@@ -213,6 +213,40 @@ def walk_stmts(stmt: Stmt) -> Iterator[Stmt]:
                 yield from walk_stmts(child)
 
 
+def rewrite_stmts(stmt: Stmt, rewrite: Callable[[Stmt], Stmt | None]) -> Stmt:
+    """`stmt` rebuilt bottom-up: each statement's children first, then `rewrite` of the
+    statement with its new children (None keeps it). Subtrees nothing rewrote are
+    returned as the same objects, so a pass that changes nothing returns its input."""
+    match stmt:
+        case For(var, extent, kind, body, unroll):
+            new_body = rewrite_stmts(body, rewrite)
+            rebuilt: Stmt = stmt if new_body is body else For(var, extent, kind, new_body, unroll)
+        case Seq(stmts):
+            new = tuple(rewrite_stmts(s, rewrite) for s in stmts)
+            rebuilt = stmt if all(a is b for a, b in zip(new, stmts, strict=True)) else seq(*new)
+        case IfThenElse(condition, then_body, else_body):
+            then_new = rewrite_stmts(then_body, rewrite)
+            else_new = None if else_body is None else rewrite_stmts(else_body, rewrite)
+            unchanged = then_new is then_body and else_new is else_body
+            rebuilt = stmt if unchanged else IfThenElse(condition, then_new, else_new)
+        case Allocate(buffer, body):
+            new_body = rewrite_stmts(body, rewrite)
+            rebuilt = stmt if new_body is body else Allocate(buffer, new_body)
+        case LetStmt(var, value, body):
+            new_body = rewrite_stmts(body, rewrite)
+            rebuilt = stmt if new_body is body else LetStmt(var, value, new_body)
+        case _:
+            rebuilt = stmt
+    result = rewrite(rebuilt)
+    return rebuilt if result is None else result
+
+
+def rewrite_func(func: PrimFunc, rewrite: Callable[[Stmt], Stmt | None]) -> PrimFunc:
+    """`func` with its body rebuilt by `rewrite_stmts`; `func` itself if unchanged."""
+    body = rewrite_stmts(func.body, rewrite)
+    return func if body is func.body else PrimFunc(func.name, func.args, body)
+
+
 def seq(*stmts: Stmt) -> Stmt:
     """A sequence, flattened; a single statement is returned as is."""
     flat: list[Stmt] = []

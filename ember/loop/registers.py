@@ -32,6 +32,7 @@ from ember.loop.ir import (
     Seq,
     Stmt,
     Store,
+    rewrite_func,
 )
 from ember.loop.vectorize import flatten_index, lanes_of
 from ember.te.expr import Const, Expr
@@ -45,8 +46,7 @@ MAX_REGISTERS = 64
 
 def promote_registers(func: PrimFunc) -> PrimFunc:
     """`func` with its small constant-indexed local buffers split into variables."""
-    body = _promote(func.body)
-    return func if body is func.body else PrimFunc(func.name, func.args, body)
+    return rewrite_func(func, _promoted)
 
 
 def is_register(buffer: Buffer, body: Stmt) -> bool:
@@ -59,30 +59,8 @@ def is_register(buffer: Buffer, body: Stmt) -> bool:
     return True
 
 
-def _promote(stmt: Stmt) -> Stmt:
-    match stmt:
-        case Allocate(buffer, body):
-            new_body = _promote(body)
-            split = _split(buffer, new_body)
-            if split is not None:
-                return split
-            return stmt if new_body is body else Allocate(buffer, new_body)
-        case For(var, extent, kind, body, unroll):
-            new_body = _promote(body)
-            return stmt if new_body is body else For(var, extent, kind, new_body, unroll)
-        case Seq(stmts):
-            new = tuple(_promote(s) for s in stmts)
-            return stmt if all(a is b for a, b in zip(new, stmts, strict=True)) else Seq(new)
-        case IfThenElse(condition, then_body, else_body):
-            then_new = _promote(then_body)
-            else_new = None if else_body is None else _promote(else_body)
-            if then_new is then_body and else_new is else_body:
-                return stmt
-            return IfThenElse(condition, then_new, else_new)
-        case LetStmt(var, value, body):
-            new_body = _promote(body)
-            return stmt if new_body is body else LetStmt(var, value, new_body)
-    return stmt
+def _promoted(stmt: Stmt) -> Stmt | None:
+    return _split(stmt.buffer, stmt.body) if isinstance(stmt, Allocate) else None
 
 
 def _split(buffer: Buffer, body: Stmt) -> Stmt | None:

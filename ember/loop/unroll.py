@@ -14,17 +14,7 @@ when the names clash).
 
 from __future__ import annotations
 
-from ember.loop.ir import (
-    Allocate,
-    For,
-    ForKind,
-    IfThenElse,
-    LetStmt,
-    PrimFunc,
-    Seq,
-    Stmt,
-    seq,
-)
+from ember.loop.ir import For, ForKind, LetStmt, PrimFunc, Stmt, rewrite_func, seq
 from ember.te.expr import Const
 
 # Longest loop written out copy by copy (the renderer's explicit-unroll limit too).
@@ -33,34 +23,17 @@ MAX_UNROLL = 64
 
 def unroll_loops(func: PrimFunc) -> PrimFunc:
     """`func` with its short constant-extent UNROLLED loops written out."""
-    body = _unroll(func.body)
-    return func if body is func.body else PrimFunc(func.name, func.args, body)
+    return rewrite_func(func, _unrolled)
 
 
-def _unroll(stmt: Stmt) -> Stmt:
-    match stmt:
-        case For(var, extent, kind, body, unroll):
-            new_body = _unroll(body)
-            count = _extent(extent)
-            if kind is ForKind.UNROLLED and count is not None and count <= MAX_UNROLL:
-                return seq(*(LetStmt(var, Const(i, var.dtype), new_body) for i in range(count)))
-            return stmt if new_body is body else For(var, extent, kind, new_body, unroll)
-        case Seq(stmts):
-            new = tuple(_unroll(s) for s in stmts)
-            return stmt if all(a is b for a, b in zip(new, stmts, strict=True)) else seq(*new)
-        case IfThenElse(condition, then_body, else_body):
-            then_new = _unroll(then_body)
-            else_new = None if else_body is None else _unroll(else_body)
-            if then_new is then_body and else_new is else_body:
-                return stmt
-            return IfThenElse(condition, then_new, else_new)
-        case Allocate(buffer, body):
-            new_body = _unroll(body)
-            return stmt if new_body is body else Allocate(buffer, new_body)
-        case LetStmt(var, value, body):
-            new_body = _unroll(body)
-            return stmt if new_body is body else LetStmt(var, value, new_body)
-    return stmt
+def _unrolled(stmt: Stmt) -> Stmt | None:
+    if not isinstance(stmt, For) or stmt.kind is not ForKind.UNROLLED:
+        return None
+    count = _extent(stmt.extent)
+    if count is None or count > MAX_UNROLL:
+        return None
+    var = stmt.var
+    return seq(*(LetStmt(var, Const(i, var.dtype), stmt.body) for i in range(count)))
 
 
 def _extent(extent: object) -> int | None:

@@ -6,8 +6,9 @@ module = ember.runtime.load("net.tar")
 module.set_input("data", x); module.run(); y = module.get_output(0)
 """
 
+from ember.runtime.abi import TensorSpec
 from ember.runtime.artifact import FORMAT_VERSION, export_library, load, read_metadata
-from ember.runtime.module import BenchmarkResult, Module, ModuleInfo, TensorSpec
+from ember.runtime.module import BenchmarkResult, Module, ModuleInfo
 
 __all__ = [
     "FORMAT_VERSION",

@@ -6,8 +6,8 @@ size, steps) and `render_entry_point` turns it into C defining `ember_model` (wi
 table naming each step and what it calls), `ember_model_run` and
 `ember_model_run_timed` (declared in `c/ember_internal.h`; the same steps, the second
 reading the clock after each one, for `ember_profile`). The C ABI itself
-(`ABI_SYMBOLS`: `ember_create`, `ember_run`, `ember_benchmark`, `ember_profile`, ...)
-is hand-written once in `c/runtime.c`, with the safetensors reader (`c/safetensors.c`)
+(`ember.runtime.abi`: `ember_create`, `ember_run`, `ember_benchmark`, `ember_profile`,
+...) is hand-written once in `c/runtime.c`, with the safetensors reader (`c/safetensors.c`)
 and topk (`c/topk.c`); `runtime_sources()` returns them ready to compile. Every step
 reads and writes through a `BufferRef`: a graph input, output or param by index, or a
 byte offset into the instance's arena (the memory plan).
@@ -29,24 +29,9 @@ from importlib import resources
 import numpy as np
 
 from ember.codegen.c import C_TYPES
-from ember.graph.ir import Node, Shape
+from ember.graph.ir import Node
 from ember.graph.ops.attrs import TopKAttrs
-
-# NumPy dtype -> safetensors dtype, as ember_create_from_file checks it.
-SAFETENSORS_DTYPES = {
-    "float16": "F16",
-    "float32": "F32",
-    "float64": "F64",
-    "int8": "I8",
-    "int16": "I16",
-    "int32": "I32",
-    "int64": "I64",
-    "uint8": "U8",
-    "uint16": "U16",
-    "uint32": "U32",
-    "uint64": "U64",
-    "bool": "BOOL",
-}
+from ember.runtime.abi import SAFETENSORS_DTYPES, TensorSpec
 
 # dtypes c/topk.c has a function for (its EMBER_TOPK lines), with their C types.
 TOPK_DTYPES = {
@@ -56,22 +41,6 @@ TOPK_DTYPES = {
         *("uint8", "uint16", "uint32", "uint64"),
     )
 }
-
-# The C ABI every library exports (c/runtime.c), nothing else: every object is compiled
-# with -fvisibility=hidden and these are the EMBER_EXPORT functions.
-ABI_SYMBOLS = (
-    "ember_create",
-    "ember_create_from_file",
-    "ember_run",
-    "ember_benchmark",
-    "ember_profile",
-    "ember_num_steps",
-    "ember_step_name",
-    "ember_step_kernel",
-    "ember_destroy",
-    "ember_target",
-    "ember_last_error",
-)
 
 # Before any system header: clock_gettime, fseeko and off_t need POSIX under -std=c11.
 _FEATURES = "#define _POSIX_C_SOURCE 200809L\n#define _FILE_OFFSET_BITS 64\n"
@@ -97,19 +66,6 @@ class BufferRef:
         if self.region is Region.ARENA:
             return f"(void*)(arena + {self.index})"
         return f"(void*){self.region.value}[{self.index}]"
-
-
-@dataclass(frozen=True, slots=True)
-class TensorSpec:
-    """A tensor at the library's boundary (input, output or param)."""
-
-    name: str
-    shape: Shape
-    dtype: str
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
 
 @dataclass(frozen=True, slots=True)

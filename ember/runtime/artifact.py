@@ -36,13 +36,11 @@ import safetensors.numpy
 
 from ember.errors import ArtifactError
 from ember.runtime import artifact_cache
-from ember.runtime.aot import SAFETENSORS_DTYPES
+from ember.runtime.abi import REBUILD_HINT, SAFETENSORS_DTYPES, TensorSpec
 from ember.runtime.module import (
-    REBUILD_HINT,
     LibraryLike,
     Module,
     ModuleInfo,
-    TensorSpec,
     check_runs_here,
     required_cpu_features,
 )

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-ALIGNMENT = 64
+from ember.runtime.abi import ALIGNMENT
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,10 +7,10 @@ takes and returns NumPy arrays.
     y = module.get_output(0)
     print(module.benchmark(repeat=3, min_repeat_ms=500))
 
-It wraps the C ABI every Ember library exports: `ember_create[_from_file]`,
-`ember_run`, `ember_benchmark`, `ember_profile` (with `ember_num_steps`,
-`ember_step_name`, `ember_step_kernel`), `ember_destroy`, `ember_target`,
-`ember_last_error`.
+It wraps the C ABI every Ember library exports (`ember.runtime.abi`):
+`ember_create[_from_file]`, `ember_run`, `ember_benchmark`, `ember_profile` (with
+`ember_num_steps`, `ember_step_name`, `ember_step_kernel`), `ember_destroy`,
+`ember_target`, `ember_last_error`.
 Input and output buffers are allocated once per module and their addresses put into
 ctypes pointer arrays once, so `run()` is a single ctypes call; `set_input` copies
 into an input buffer and `get_output` copies out of an output buffer, so arrays a
@@ -35,9 +35,11 @@ from typing import Protocol
 
 import numpy as np
 
+from ember.device import device_model, host_cpu_features
 from ember.errors import ArtifactError, ExecutionError, InputError, TargetError
+from ember.runtime.abi import ALIGNMENT, REBUILD_HINT, CLibrary, TensorSpec
 from ember.runtime.profile import GroupInfo, Profile
-from ember.target import Target, host_cpu_features, host_triple
+from ember.target import Target, host_triple
 
 # Instruction-set extensions compiled code may use; other /proc/cpuinfo flags
 # (`constant_tsc`, `hypervisor`, ...) say nothing about whether code runs.
@@ -62,25 +64,7 @@ _ISA_FEATURE_PREFIXES = (
 # Target feature names that /proc/cpuinfo spells differently.
 _CPUINFO_NAMES = {"neon": "asimd"}
 
-# Buffers start on a cache line so vector loads in the kernels never straddle one.
-_ALIGNMENT = 64
 _INT32_MAX = 2**31 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class TensorSpec:
-    """One input, output or param of a compiled module."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
-
-    def __str__(self) -> str:
-        return f"{self.name} {self.shape} {self.dtype}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +101,6 @@ class ModuleInfo:
         )
 
 
-REBUILD_HINT = "the artifact is damaged or was not made by Ember; rebuild it with `ember compile`"
-
-
 def _tensor_specs(metadata: Mapping[str, object], key: str, source: str) -> tuple[TensorSpec, ...]:
     entries = metadata.get(key)
     if not isinstance(entries, list):
@@ -147,7 +128,8 @@ def _parse_target(target: str, source: str) -> Target:
 
 def required_cpu_features(target: Target) -> tuple[str, ...]:
     """The ISA extensions code compiled for `target` (on this machine) may use."""
-    return tuple(sorted(f for f in target.features if f.startswith(_ISA_FEATURE_PREFIXES)))
+    features = device_model(target).features
+    return tuple(sorted(f for f in features if f.startswith(_ISA_FEATURE_PREFIXES)))
 
 
 def check_runs_here(info: ModuleInfo, source: str) -> None:
@@ -221,60 +203,21 @@ class BenchmarkResult:
         return f"Execution time summary:\n{header.rstrip()}\n{values.rstrip()}"
 
 
-def _aligned_empty(spec: TensorSpec) -> np.ndarray:
-    raw = np.empty(spec.nbytes + _ALIGNMENT, dtype=np.uint8)
-    start = -raw.ctypes.data % _ALIGNMENT
-    flat = raw[start : start + spec.nbytes].view(spec.dtype)
-    return flat.reshape(spec.shape)
+def aligned_empty(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on an `ALIGNMENT`-byte
+    boundary: vector loads in the kernels never straddle a cache line, and timings do
+    not depend on where NumPy happened to place the array."""
+    item, count = np.dtype(dtype), math.prod(shape)
+    # At least one element: NumPy moves the data of an empty view off the buffer.
+    nbytes = max(count, 1) * item.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start : start + nbytes].view(item)[:count].reshape(shape)
 
 
 def _pointer_array(arrays: Sequence[np.ndarray]) -> ctypes.Array[ctypes.c_void_p]:
     # At least one slot: a zero-length ctypes array cannot be built portably.
     return (ctypes.c_void_p * max(len(arrays), 1))(*(a.ctypes.data for a in arrays))
-
-
-class _Abi:
-    """The C functions of one loaded library, with their signatures."""
-
-    def __init__(self, path: Path, source: str) -> None:
-        try:
-            library = ctypes.CDLL(str(path))
-        except OSError as error:
-            raise ArtifactError(f"{source}: cannot load the library {path}: {error}") from None
-        pointers, instance = ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p
-        int32, double = ctypes.c_int32, ctypes.c_double
-        signatures = {
-            "ember_create": (ctypes.c_void_p, (pointers,)),
-            "ember_create_from_file": (ctypes.c_void_p, (ctypes.c_char_p,)),
-            "ember_run": (ctypes.c_int32, (ctypes.c_void_p, pointers, pointers)),
-            "ember_benchmark": (
-                ctypes.c_int32,
-                (instance, pointers, pointers, int32, int32, double, int32, ctypes.POINTER(double)),
-            ),
-            "ember_profile": (
-                ctypes.c_int32,
-                (instance, pointers, pointers, int32, ctypes.POINTER(double)),
-            ),
-            "ember_num_steps": (ctypes.c_int32, ()),
-            "ember_step_name": (ctypes.c_char_p, (int32,)),
-            "ember_step_kernel": (ctypes.c_char_p, (int32,)),
-            "ember_destroy": (None, (ctypes.c_void_p,)),
-            "ember_target": (ctypes.c_char_p, ()),
-            "ember_last_error": (ctypes.c_char_p, ()),
-        }
-        for name, (restype, argtypes) in signatures.items():
-            try:
-                function = getattr(library, name)
-            except AttributeError:
-                raise ArtifactError(
-                    f"{source}: {path.name} does not export {name}: {REBUILD_HINT}"
-                ) from None
-            function.restype, function.argtypes = restype, argtypes
-        self.library = library
-
-    def last_error(self) -> str:
-        message = self.library.ember_last_error()
-        return message.decode(errors="replace") if message else "no message"
 
 
 class Module:
@@ -294,11 +237,11 @@ class Module:
         self.info = info
         self.library_path = Path(library_path)
         self.source = source or str(library_path)
-        self._abi = _Abi(Path(library_path), self.source)
+        self._abi = CLibrary(Path(library_path), self.source)
         self._check_library_target()
         self._params = self._create_instance(params)
-        self._inputs = [_aligned_empty(spec) for spec in info.inputs]
-        self._outputs = [_aligned_empty(spec) for spec in info.outputs]
+        self._inputs = [aligned_empty(spec.shape, spec.dtype) for spec in info.inputs]
+        self._outputs = [aligned_empty(spec.shape, spec.dtype) for spec in info.outputs]
         self._input_pointers = _pointer_array(self._inputs)
         self._output_pointers = _pointer_array(self._outputs)
         self._unset = set(range(len(info.inputs)))

@@ -56,13 +56,13 @@ vectorization, never wrong code.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ember.device import device_model, dtype_bytes
 from ember.loop.analysis import linear_coefficients
 from ember.schedule.default_dense import schedule_matrix_product
-from ember.schedule.lower import expanded_body, loop_readers
+from ember.schedule.lower import expanded_reads, loop_readers
 from ember.schedule.state import Annotation, Location, Stage, State
 from ember.schedule.steps import (
     AnnotationStep,
@@ -77,7 +77,7 @@ from ember.target import Target
 from ember.te.dag import ComputeDAG
 from ember.te.expr import Binary, BinaryOp, Const, Expr, Reduce, Select, TensorRead, Var
 from ember.te.tensor import Tensor
-from ember.te.visit import free_vars, map_expr, walk
+from ember.te.visit import free_vars, map_expr
 
 # A loop nest with fewer element operations than this runs on one thread: forking
 # OpenMP threads costs a few microseconds, more than such a nest takes.
@@ -138,10 +138,6 @@ def _is_output(state: State, tensor: Tensor) -> bool:
     return any(tensor is t for t in state.dag.outputs)
 
 
-def _reads(state: State, index: int) -> list[TensorRead]:
-    return [n for n in walk(expanded_body(state, index)) if isinstance(n, TensorRead)]
-
-
 def _readers(state: State, tensor: Tensor) -> list[int]:
     """Stages with loops that read `tensor` once inlined stages are substituted."""
     return loop_readers(state).get(id(tensor), [])
@@ -155,18 +151,18 @@ def _keeps_padding_at_root(state: State, index: int) -> bool:
     if op.axes[-1].var in free_vars(op.body.condition):
         return True
     return any(
-        _broadcasts_from(state, reader, state.stages[index].tensor)
+        broadcasts_from(state, reader, state.stages[index].tensor)
         for reader in state.consumers(index)
         if isinstance(state.stages[reader].compute_op.body, Reduce)
     )
 
 
-def _broadcasts_from(state: State, reader: int, tensor: Tensor) -> bool:
+def broadcasts_from(state: State, reader: int, tensor: Tensor) -> bool:
     """Whether reduction `reader` reads `tensor` other than as vectors along its own
     innermost axis: a conv's input, one element broadcast against a vector of weights
     (not a depthwise conv's or a pool's, read as vectors of channels)."""
     innermost = state.stages[reader].compute_op.axes[-1].var
-    for read in _reads(state, reader):
+    for read in expanded_reads(state, reader):
         if read.tensor is tensor:
             linear = linear_coefficients(read.indices[-1], innermost)
             vector = linear is not None and linear[0] == 1
@@ -216,9 +212,15 @@ def _vector_width(reads: Sequence[TensorRead], var: Var, extent: int, lanes: int
 
 
 def _vector_lanes(state: State, index: int, target: Target) -> int:
-    """Lanes of one vector register for the widest element type the stage touches."""
-    dtypes = {state.stages[index].tensor.dtype} | {r.tensor.dtype for r in _reads(state, index)}
-    return min(target.lanes(d) for d in dtypes)
+    return vector_lanes(state, index, device_model(target).vector_bytes)
+
+
+def vector_lanes(state: State, index: int, vector_bytes: int) -> int:
+    """Lanes of one vector register of `vector_bytes` for the widest element type the
+    stage touches."""
+    dtypes = {state.stages[index].tensor.dtype}
+    dtypes |= {read.tensor.dtype for read in expanded_reads(state, index)}
+    return max(1, min(vector_bytes // dtype_bytes(d) for d in dtypes))
 
 
 def _lanes_dividing(extent: int, lanes: int) -> int:
@@ -229,16 +231,6 @@ def _lanes_dividing(extent: int, lanes: int) -> int:
             return width
         width //= 2
     return 1
-
-
-def _num_cores(target: Target) -> int:
-    return target.num_cores or os.cpu_count() or 1
-
-
-def _vector_registers(target: Target) -> int:
-    """Vector registers of the target (AVX-512 and AArch64 have 32, AVX2 and SSE 16)."""
-    wide = "avx512f" in target.features or target.target_arch == "aarch64"
-    return 32 if wide else 16
 
 
 def _anchor_of(state: State, output: Tensor) -> Tensor | None:
@@ -253,7 +245,7 @@ def _anchor_of(state: State, output: Tensor) -> Tensor | None:
         return output if op.axes else None
     own = tuple(axis.var for axis in op.axes)
     candidates = []
-    for read in _reads(state, index):
+    for read in expanded_reads(state, index):
         producer = state.stages[_index_of(state, read.tensor)]
         if producer.is_placeholder or not isinstance(producer.compute_op.body, Reduce):
             continue
@@ -301,14 +293,17 @@ def _choose_tile(state: State, anchor: int, shape: Sequence[int], target: Target
     op = state.stages[anchor].compute_op
     last = len(shape) - 1
     widest = _vector_lanes(state, anchor, target)
-    lanes = _vector_width(_reads(state, anchor), op.axes[last].var, shape[last], widest)
+    lanes = _vector_width(expanded_reads(state, anchor), op.axes[last].var, shape[last], widest)
     rows_axis = next((a for a in range(last - 1, -1, -1) if shape[a] > 1), None)
     row_extent, max_rows = 1, 1
     if rows_axis is not None:
         row_extent = shape[rows_axis]
-        max_rows = _rows_without_aliasing(_reads(state, anchor), op.axes[rows_axis].var)
+        max_rows = _rows_without_aliasing(expanded_reads(state, anchor), op.axes[rows_axis].var)
     rows, vectors = _register_tile(
-        row_extent, min(MAX_TILE_ROWS, max_rows), shape[last] // lanes, _vector_registers(target)
+        row_extent,
+        min(MAX_TILE_ROWS, max_rows),
+        shape[last] // lanes,
+        device_model(target).vector_registers,
     )
     return _Tile(rows_axis, rows, vectors, lanes)
 
@@ -327,17 +322,12 @@ def _rows_without_aliasing(reads: Sequence[TensorRead], row: Var) -> int:
                 return limit  # not affine in the row: no fixed stride to judge
             stride += linear[0] * extent
             extent *= size
-        stride_bytes = abs(stride) * _bytes(read.tensor.dtype)
+        stride_bytes = abs(stride) * dtype_bytes(read.tensor.dtype)
         if stride_bytes == 0:
             continue
         same_set = ALIASING_BYTES // math.gcd(stride_bytes, ALIASING_BYTES)
         limit = min(limit, max(same_set, 1) * CACHE_WAYS)
     return limit
-
-
-def _bytes(dtype: str) -> int:
-    digits = "".join(c for c in dtype if c.isdigit())
-    return max(1, int(digits) // 8) if digits else 1
 
 
 def _register_tile(
@@ -376,7 +366,7 @@ def _schedule_anchor(state: State, anchor: Tensor, output: Tensor, target: Targe
     tile = _choose_tile(state, local, output.shape, target)
     work = _work(state.stages[local])
     out = _index_of(state, output)
-    channels_outer = _num_cores(target) > 1 and _weights_outweigh_input(state, local)
+    channels_outer = device_model(target).num_cores > 1 and _weights_outweigh_input(state, local)
     state = _tile_output(state, out, tile, work, target, channels_outer)
     state = ComputeAtStep(local, out, 0).apply(state)
     return _tile_accumulator(state, local, tile)
@@ -391,12 +381,12 @@ def _weights_outweigh_input(state: State, local: int) -> bool:
     by 5-20%). Otherwise each core reads only its share of the input."""
     op = state.stages[local].compute_op
     channel, others = op.axes[-1].var, {axis.var for axis in op.axes[:-1]}
-    reads = _reads(state, local)
+    reads = expanded_reads(state, local)
     weights = inputs = 0
     for tensor in _unique([read.tensor for read in reads]):
         indices = [i for read in reads if read.tensor is tensor for i in read.indices]
         used = set().union(*(free_vars(i) for i in indices))
-        size = math.prod(tensor.shape) * _bytes(tensor.dtype)
+        size = math.prod(tensor.shape) * dtype_bytes(tensor.dtype)
         if channel not in used:
             inputs += size
         elif not used & others:
@@ -483,7 +473,7 @@ def _schedule_reduction(state: State, index: int, target: Target) -> State:
         return state
     last = op.axes[-1]
     lanes = 1
-    if contiguous_in(_reads(state, index), last.var):
+    if contiguous_in(expanded_reads(state, index), last.var):
         lanes = _lanes_dividing(last.extent, _vector_lanes(state, index, target))
     spatial = [a.name for a in op.axes[:-1]]
     reduce = [a.name for a in op.reduce_axes]
@@ -514,7 +504,7 @@ def _schedule_injective(state: State, index: int, target: Target) -> State:
         state = SplitStep(index, last, (lanes,)).apply(state)
         state = AnnotationStep(index, last + 1, Annotation.VECTORIZE).apply(state)
     extents = [it.extent for it in state.stages[index].iters[: last + 1]]
-    chunks = PARALLEL_CHUNKS_PER_CORE * _num_cores(target)
+    chunks = PARALLEL_CHUNKS_PER_CORE * device_model(target).num_cores
     outer = next((n for n in range(1, last + 1) if math.prod(extents[:n]) >= chunks), last + 1)
     return _parallelize(state, index, outer, _work(stage), target)
 
@@ -525,7 +515,7 @@ def _parallelize(state: State, index: int, outer: int, work: int, target: Target
     if outer > 1:
         state = FuseStep(index, tuple(range(outer))).apply(state)
     fused = state.stages[index].iters[0]
-    if work >= PARALLEL_MIN_WORK and fused.extent > 1 and _num_cores(target) > 1:
+    if work >= PARALLEL_MIN_WORK and fused.extent > 1 and device_model(target).num_cores > 1:
         state = AnnotationStep(index, 0, Annotation.PARALLEL).apply(state)
     return state
 

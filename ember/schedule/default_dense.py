@@ -39,8 +39,8 @@ promoted to vector variables by `ember.loop.registers`):
 from __future__ import annotations
 
 import math
-import os
 
+from ember.device import device_model
 from ember.schedule.state import Annotation, State
 from ember.schedule.steps import (
     AnnotationStep,
@@ -81,7 +81,7 @@ def schedule_matrix_product(
     shape = output.shape
     rows_axis = next((a for a in range(len(shape) - 2, -1, -1) if shape[a] > 1), None)
     rows_extent = shape[rows_axis] if rows_axis is not None else 1
-    vectors, rows = _tile(rows_extent, shape[-1] // lanes, _vector_registers(target))
+    vectors, rows = _tile(rows_extent, shape[-1] // lanes, device_model(target).vector_registers)
     index = _index_of(state, anchor)
     state = CacheWriteStep(index, "local").apply(state)
     local = index  # the cache stage takes the anchor's index; the copy moves up one
@@ -104,7 +104,7 @@ def _lanes(op: ComputeOp, target: Target) -> int:
     reads = [node for node in walk(op.body.source) if isinstance(node, TensorRead)]
     if len(reads) != 2:
         return 1
-    right, widest = reads[1], target.lanes(op.body.dtype)
+    right, widest = reads[1], device_model(target).lanes(op.body.dtype)
     if op.tag == "dense_pack":
         block = right.tensor.shape[-1]
         return block if block <= widest and block & (block - 1) == 0 else 1
@@ -133,12 +133,6 @@ def _tile(rows_extent: int, blocks: int, registers: int) -> tuple[int, int]:
     vectors = max(divisors, key=lambda d: (d * rows_for(d), -d))
     tiles = math.ceil(rows_extent / rows_for(vectors))
     return vectors, math.ceil(rows_extent / tiles)
-
-
-def _vector_registers(target: Target) -> int:
-    """AVX-512 and AArch64 have 32 vector registers, AVX2 and SSE 16."""
-    wide = "avx512f" in target.features or target.target_arch == "aarch64"
-    return 32 if wide else 16
 
 
 def _tile_output(
@@ -194,7 +188,7 @@ def _annotate_tile(state: State, index: int, first: int) -> State:
 def _parallelize(state: State, index: int, work: int, target: Target) -> State:
     """Run the fused outer loop in parallel when the nest has `work` for the cores."""
     fused = state.stages[index].iters[0]
-    cores = target.num_cores or os.cpu_count() or 1
+    cores = device_model(target).num_cores
     if work >= PARALLEL_MIN_WORK and fused.extent > 1 and cores > 1:
         state = AnnotationStep(index, 0, Annotation.PARALLEL).apply(state)
     return state

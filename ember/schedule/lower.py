@@ -27,13 +27,11 @@ innermost loop, so any legal iterator order computes the same result. Loops of e
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ember.codegen.renderer import C_KEYWORDS
 from ember.loop.analysis import Interval, LinearForm, const_interval, from_linear, to_linear
 from ember.loop.ir import (
     Allocate,
@@ -48,6 +46,7 @@ from ember.loop.ir import (
     seq,
 )
 from ember.loop.simplify import simplify_expr
+from ember.names import C_KEYWORDS, NameSupply, c_identifier
 from ember.schedule.bounds import Region, infer_region
 from ember.schedule.state import (
     Annotation,
@@ -127,6 +126,11 @@ def expanded_body(state: State, index: int, cache: dict[int, Expr] | None = None
     return cache[index]
 
 
+def expanded_reads(state: State, index: int) -> list[TensorRead]:
+    """The tensor reads of stage `index` once inlined producers are substituted."""
+    return [n for n in walk(expanded_body(state, index)) if isinstance(n, TensorRead)]
+
+
 def loop_readers(state: State, cache: dict[int, Expr] | None = None) -> dict[int, list[int]]:
     """id(tensor) -> the stages with loops of their own (root or attached, in stage
     order) that read it once inlined stages are substituted."""
@@ -143,24 +147,17 @@ def loop_readers(state: State, cache: dict[int, Expr] | None = None) -> dict[int
     return readers
 
 
-class _Names:
-    """Unique C identifiers for buffers and loop variables of one function."""
+def _loop_name(hint: str) -> str:
+    """A C identifier for a buffer or loop variable: `hint` cleaned, never a keyword."""
+    base = c_identifier(hint) or "v"
+    if base[0].isdigit():
+        base = f"v{base}"
+    return f"{base}_" if base in C_KEYWORDS else base
 
-    def __init__(self) -> None:
-        self.used: set[str] = set()
 
-    def fresh(self, name: str) -> str:
-        base = re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
-        if base[0].isdigit():
-            base = f"v{base}"
-        if base in C_KEYWORDS:
-            base = f"{base}_"
-        candidate, count = base, 0
-        while candidate in self.used:
-            count += 1
-            candidate = f"{base}_{count}"
-        self.used.add(candidate)
-        return candidate
+def _names() -> NameSupply:
+    """Unique C identifiers for the buffers and loop variables of one function."""
+    return NameSupply(clean=_loop_name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +209,7 @@ class _Nest:
 @dataclass(eq=False)
 class _Lowering:
     state: State
-    names: _Names = field(default_factory=_Names)
+    names: NameSupply = field(default_factory=_names)
     # Range of every loop variable created so far (names are unique per function).
     ranges: dict[Var, Interval] = field(default_factory=dict)
     expanded: dict[int, Expr] = field(default_factory=dict)
@@ -229,7 +226,7 @@ class _Lowering:
 
     def function(self, name: str) -> PrimFunc:
         dag, stages = self.state.dag, self.state.stages
-        self.names.used.add(name)  # a buffer named like the kernel would shadow it in C
+        self.names.take(name)  # a buffer named like the kernel would shadow it in C
         env: dict[int, _Placed] = {}
         args: list[Buffer] = []
         for tensor in (*dag.inputs, *dag.outputs):

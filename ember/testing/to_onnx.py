@@ -22,6 +22,7 @@ from onnx import helper, numpy_helper
 from ember.errors import EmberError, GraphError, UnsupportedOperatorError
 from ember.graph.ir import Graph, Node, Value
 from ember.graph.ops.layout import parse_data_layout
+from ember.names import NameSupply
 
 # Opsets the exporter can target: 13 moved Split/Squeeze/ReduceSum axes to inputs and
 # settled Softmax's single-axis meaning, which the exporters rely on.
@@ -48,20 +49,15 @@ class Exporter:
         self.initializers: dict[str, onnx.TensorProto] = {}
         self._params = params
         self._param_values = {v.name: v for v in graph.params}
-        self._taken = {v.name for v in graph.values()}
-        self._node_names: set[str] = set()
+        self._value_names = NameSupply(v.name for v in graph.values())
+        self._node_names = NameSupply()
         self._transposed: dict[tuple[str, tuple[int, ...]], str] = {}
 
     # -- names and constants --------------------------------------------------------
 
-    def fresh(self, hint: str, taken: set[str] | None = None) -> str:
-        taken = self._taken if taken is None else taken
-        name, counter = hint, 0
-        while name in taken:
-            counter += 1
-            name = f"{hint}_{counter}"
-        taken.add(name)
-        return name
+    def fresh(self, hint: str) -> str:
+        """A value name no other value has."""
+        return self._value_names.fresh(hint)
 
     def name(self, value: Value) -> str:
         """The ONNX name of an Ember value; params become initializers on first use."""
@@ -101,7 +97,7 @@ class Exporter:
     ) -> list[str]:
         """Add an ONNX node; outputs default to one fresh name. Returns the outputs."""
         outputs = list(outputs) if outputs is not None else [self.fresh(hint or op_type)]
-        node_name = self.fresh(hint or outputs[0], self._node_names)
+        node_name = self._node_names.fresh(hint or outputs[0])
         self.nodes.append(
             helper.make_node(op_type, list(inputs), outputs, name=node_name, **attributes)
         )

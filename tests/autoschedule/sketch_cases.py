@@ -10,13 +10,14 @@ import numpy as np
 
 from ember import te
 from ember.autoschedule import HardwareParams, SearchTask
+from ember.backend import build_kernel
 from ember.schedule import State, lower
 from ember.te.evaluate import evaluate_dag
-from ember.toolchain import build_kernel
 
 HARDWARE = HardwareParams(
     num_cores=2,
     vector_bytes=64,
+    vector_registers=32,
     cache_line_bytes=64,
     l1_cache_bytes=48 * 1024,
     l2_cache_bytes=1024 * 1024,

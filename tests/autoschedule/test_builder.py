@@ -115,7 +115,7 @@ def test_timeout_kills_and_replaces_helper(tasks: dict[str, SearchTask]) -> None
         assert [r.error for r in results] == [ErrorKind.TIMEOUT] * 2
         assert "timeout of 0.001 s" in results[0].message
         assert all(r.time_cost >= 0.001 for r in results)
-        builder.timeout = 60.0
+        builder.timeout = 600.0  # a guard against a hang, not a limit to race
         (result,) = builder.build(inputs[1:])
         assert result.ok, result.message
         release([result])

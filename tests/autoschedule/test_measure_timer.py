@@ -142,6 +142,9 @@ def test_every_timed_call_follows_a_prepare(with_prepare: bool) -> None:
     assert (prepares, prepared_runs) == ((6, 6) if with_prepare else (0, 0))
 
 
+# A comparison of timings (however wide its margin, a neighbour thrashing the shared
+# caches can make the cached chase slow): the slow tier's, not `make test`'s.
+@pytest.mark.slow
 @pytest.mark.parametrize("portable", [False, True], ids=["by-line", "portable"])
 def test_evict_weights_sends_only_the_weights_to_memory(portable: bool) -> None:
     weight, activation = chain(0), chain(1)

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-from pathlib import Path
 
 import pytest
 
-from ember.autoschedule import HardwareParams, SearchTask, extract_tasks, hardware
+from ember.autoschedule import HardwareParams, SearchTask, extract_tasks
 from ember.autoschedule.task import format_task, is_simple
-from ember.build import optimize
 from ember.cli import main
+from ember.device import device_model
 from ember.errors import EmberError, TargetError
 from ember.graph.passes import fuse
+from ember.partition import optimize
 from ember.target import Target
 from ember.testing import get_workload
 from ember.topi import group_to_dag
@@ -110,7 +109,7 @@ def test_format_task_follows_the_seed(resnet18: tuple[list[SearchTask], list[int
     assert header is not None
     key = json.loads(header.group(1))
     assert re.fullmatch(r"[0-9a-f]{32}", key[0])
-    lanes = tasks[0].target.lanes("float32")  # the stem's weight packed in blocks of lanes
+    lanes = device_model(tasks[0].target).lanes("float32")  # stem weight packed by lanes
     assert key[1:] == [[1, 32, 32, 3], [64 // lanes, 7, 7, 3, lanes], [1, 1, 64], [1, 16, 16, 64]]
     assert lines[1] == "placeholder = PLACEHOLDER [1, 32, 32, 3]"
     assert any(line.startswith("conv2d_nhwc(nn, yy, xx, ff) += (pad_temp[") for line in lines)
@@ -132,7 +131,7 @@ def test_hardware_params_from_a_target_string() -> None:
 def test_hardware_params_overrides() -> None:
     params = HardwareParams.for_target("llvm", num_cores=3, l2_cache_bytes=1 << 20)
     assert (params.num_cores, params.l2_cache_bytes) == (3, 1 << 20)
-    assert params.vector_bytes == Target("llvm").vector_width_bits // 8
+    assert params.vector_bytes == device_model(Target("llvm")).vector_bytes
     with pytest.raises(TargetError, match="unknown hardware parameters"):
         HardwareParams.for_target("llvm", cores=3)
     with pytest.raises(TargetError, match="num_cores=0"):
@@ -141,29 +140,6 @@ def test_hardware_params_overrides() -> None:
     tasks, _ = extract_tasks(graph, params_in, "llvm", hardware_params=params)
     assert all(task.hardware_params == params for task in tasks)
     assert dataclasses.replace(tasks[0], hardware_params=params) == tasks[0]
-
-
-def test_host_caches_read_from_sysfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    levels = [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "2048K")]
-    levels.append((3, "Unified", "32M"))
-    for number, (level, kind, size) in enumerate(levels):
-        index = tmp_path / f"index{number}"
-        index.mkdir()
-        for name, value in (("level", level), ("type", kind), ("size", size)):
-            (index / name).write_text(f"{value}\n")
-        (index / "coherency_line_size").write_text("128\n")
-    monkeypatch.setattr(hardware, "_CACHE_DIR", tmp_path)
-    hardware.host_caches.cache_clear()
-    try:
-        caches = hardware.host_caches()
-    finally:
-        hardware.host_caches.cache_clear()
-    assert caches == {"l1": 48 * 1024, "l2": 2 << 20, "l3": 32 << 20, "line": 128}
-
-
-def test_host_cores_is_positive() -> None:
-    assert 1 <= hardware.host_cores() <= len(os.sched_getaffinity(0))
-    assert HardwareParams.for_target("llvm").num_cores == hardware.host_cores()
 
 
 def test_cli_tasks(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,16 +4,21 @@ printed table, and the errors a user can cause."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fake_measure import SMALL_SEARCH, FakeBuilder, FakeRunner, dense_relu_task
 
-from ember.autoschedule import RecordToFile, SearchTask, load_records
+from ember.autoschedule import MeasureRecord, RecordToFile, SearchTask, extract_tasks, load_records
 from ember.autoschedule.measure import MeasureResult
 from ember.autoschedule.records import steps_key
 from ember.autoschedule.task_scheduler import TaskScheduler, task_tag
 from ember.autoschedule.tuning import TuningError, TuningOptions
+from ember.graph import GraphBuilder
+from ember.graph.ir import Value
+from ember.graph.ops.attrs import ConvAttrs
 
 
 @pytest.fixture(scope="module")
@@ -40,17 +45,29 @@ def test_the_budget_goes_to_the_task_that_dominates_the_latency(tasks: list[Sear
     scheduler = TaskScheduler(
         tasks, [3, 1], cost_model="random", search_params=SMALL_SEARCH, seed=0
     )
-    result = scheduler.tune(options(64, builder, runner))
+    records: list[MeasureRecord] = []
+    result = scheduler.tune(options(64, builder, runner, measure_callbacks=[records.extend]))
     assert result.total_trials == 64 and not result.interrupted
     big, small = result.task_trials
     # 'small' is ~0.03% of the estimate: its warm-up round, at most one random round.
     assert small <= 8 and big >= 56
+    assert [trials for trials, _, _ in result.history] == list(range(4, 65, 4))
+    # Each round's estimate is sum(weight x best cost so far) over the records measured
+    # until then (inf while a task has none), and the final one is the result's.
+    weights = {tasks[0].workload_key: 3, tasks[1].workload_key: 1}
+    for trials, _, estimate in result.history:
+        best: dict[str, float] = {}
+        for record in records[:trials]:
+            key = record.task.workload_key
+            best[key] = min(best.get(key, math.inf), record.mean_cost)
+        if len(best) < len(tasks):
+            assert estimate == math.inf, trials
+        else:
+            assert estimate == pytest.approx(sum(weights[k] * c for k, c in best.items()))
+    assert result.history[-1][2] == result.estimated_latency
     assert result.estimated_latency == pytest.approx(
         3 * result.best_costs[0] + result.best_costs[1]
     )
-    assert [trials for trials, _, _ in result.history] == list(range(4, 65, 4))
-    estimates = [estimate for _, _, estimate in result.history]
-    assert estimates == sorted(estimates, reverse=True)
 
 
 def test_round_robin_alternates(tasks: list[SearchTask]) -> None:
@@ -130,8 +147,34 @@ def test_the_table_is_printed_each_round(
     assert "Trials: 8 | Used time: " in out and "Next ID: " in out
 
 
-def test_similar_tasks_share_a_tag(tasks: list[SearchTask]) -> None:
-    assert task_tag(tasks[0]) == task_tag(tasks[1]) == "T_dense,T_relu"
+def test_similar_tasks_share_a_tag() -> None:
+    """The tasks of a real network: its two hidden layers (products with bias and
+    ReLU, of other shapes) share a tag; the output layer (no ReLU) and a conv do not."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+
+    def layer(x: Value, name: str, inputs: int, outputs: int, relu: bool = True) -> Value:
+        weight = b.param(f"{name}_weight", rng.standard_normal((outputs, inputs), "float32"))
+        bias = b.param(f"{name}_bias", rng.standard_normal(outputs, "float32"))
+        y = b.add("add", [b.add("dense", [x, weight], name=name), bias])
+        return b.add("relu", [y]) if relu else y
+
+    hidden = layer(b.input("data", (1, 48)), "fc1", 48, 64)
+    hidden = layer(hidden, "fc2", 64, 32)
+    logits = layer(hidden, "fc3", 32, 10, relu=False)
+    kernel = b.param("conv_weight", rng.standard_normal((8, 4, 3, 3), "float32"))
+    attrs = ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1, "NCHW", "OIHW")
+    conv = b.add("relu", [b.add("conv", [b.input("image", (1, 4, 6, 6)), kernel], attrs)])
+    graph, params = b.build([logits, conv])
+    tasks, _ = extract_tasks(graph, params, "llvm -mcpu=skylake-avx512 -num-cores=2")
+    hidden = [t for t in tasks if t.compute_dag.outputs[0].shape in [(1, 64), (1, 32)]]
+    others = [t for t in tasks if t not in hidden]
+    assert len(hidden) == 2 and len(others) == 2, [str(t.compute_dag) for t in tasks]
+    fc1, fc2 = hidden
+    assert fc1.workload_key != fc2.workload_key
+    assert task_tag(fc1) == task_tag(fc2)
+    assert task_tag(others[0]) != task_tag(others[1])
+    assert all(task_tag(t) != task_tag(fc1) for t in others)
 
 
 def test_bad_arguments_are_explained(tasks: list[SearchTask], tmp_path: Path) -> None:

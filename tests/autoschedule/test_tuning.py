@@ -1,4 +1,4 @@
-"""The single-task tuning loop (`task.tune`, `TaskTuner`, `apply_best`) with fake
+"""The single-task tuning loop (`tune_task`, `TaskTuner`, `apply_best`) with fake
 measurers: costs are a fixed function of the state, so what the loop does with them
 (budget, rounds, no state measured twice, wrong answers, resume) is asserted exactly."""
 
@@ -57,7 +57,7 @@ def test_the_budget_is_spent_in_rounds_and_no_state_is_measured_twice(tmp_path: 
     assert result.best_cost == pytest.approx(best.mean_cost)
     assert result.stats.trials == 30 and result.best_gflops > 0
     assert state_key(apply_best(task, log)) == state_key(result.best_state)  # type: ignore[arg-type]
-    assert state_key(task.apply_best(records)) == state_key(result.best_state)  # type: ignore[arg-type]
+    assert state_key(apply_best(task, records)) == state_key(result.best_state)  # type: ignore[arg-type]
 
 
 def test_a_wrong_fastest_candidate_is_recorded_and_never_best() -> None:

@@ -1,11 +1,13 @@
 """XGBModel on real measurements: a 16x16x32 -> 32 3x3 conv's random schedules are
 built and timed on this machine, the model trains on part of them and must rank the
-rest (Kendall tau > 0.3); random scores before warm-up, save/load, warm start from a
-log, the lowest score for a state that does not lower."""
+rest (by a cost fixed per state in `make test`; by the timings, Kendall tau > 0.3, in
+the slow tier); errors learned as slowest, random scores before warm-up, save/load,
+warm start from a log, the lowest score for a state that does not lower."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +27,7 @@ from ember.autoschedule.features import extract_features_batch
 from ember.autoschedule.measure import MeasureInput, MeasureResult, release, to_record
 from ember.autoschedule.records import ErrorKind, RecordToFile
 from ember.autoschedule.xgb_model import CostModelError, XGBModel
-from ember.schedule import Location, State
+from ember.schedule import Annotation, Location, State
 
 NUM_STATES = 72
 NUM_TRAIN = 48
@@ -65,6 +67,37 @@ def trained(inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) ->
     return model
 
 
+def modelled_cost(state: State) -> float:
+    """A cost fixed by the state, standing in for a timing: the conv's update runs
+    1 / (vector lanes x unrolled register tile, up to 32 accumulators) as long."""
+    names = {stage.name for stage in state.stages}
+    stage = state.stage("conv2d_nhwc.local" if "conv2d_nhwc.local" in names else "conv2d_nhwc")
+    lanes = math.prod(it.extent for it in stage.iters if it.annotation is Annotation.VECTORIZE)
+    tile = math.prod(it.extent for it in stage.iters if it.annotation is Annotation.UNROLL)
+    return 1.0 / (lanes * min(tile, 32))
+
+
+def test_ranks_held_out_schedules_by_a_fixed_cost(
+    measured: tuple[list[MeasureInput], list[MeasureResult]],
+) -> None:
+    """The fast tier's ranking check, on costs that do not depend on the machine's
+    load: what the features show (vector lanes, unrolled loops) the trees learn, and
+    they order the held-out states as the costs do (ties aside: tau-a counts them 0)."""
+    inputs, _ = measured
+    costs = [modelled_cost(i.state) for i in inputs]
+    model = XGBModel(seed=0, num_warmup_samples=16)
+    model.update(inputs[:NUM_TRAIN], [MeasureResult((cost,)) for cost in costs[:NUM_TRAIN]])
+    scores = model.predict(inputs[0].task, [i.state for i in inputs[NUM_TRAIN:]])
+    throughput = [1.0 / cost for cost in costs[NUM_TRAIN:]]
+    best_possible = kendall_tau(throughput, throughput)
+    assert best_possible > 0.3  # the held-out states differ in cost
+    assert kendall_tau(scores, throughput) >= 0.8 * best_possible
+
+
+# Real timings: these 72 schedules run within about 10% of each other, so noise of 20%
+# on a busy machine drops the held-out tau to 0.2-0.5 (measured with noisy copies of
+# the costs). A check of the model on this machine's timings, not for `make test`.
+@pytest.mark.slow
 def test_ranks_held_out_schedules(
     measured: tuple[list[MeasureInput], list[MeasureResult]],
 ) -> None:
@@ -89,11 +122,25 @@ def test_random_scores_before_warmup(
 
 
 def test_errors_are_slowest(measured: tuple[list[MeasureInput], list[MeasureResult]]) -> None:
+    """States whose measurement failed are learned as the slowest: 8 states, given as
+    errors, score below the valid training states. Given their measured costs instead,
+    they are ordered below in 0.13-0.58 of the (valid, state) pairs; as errors in 0.997
+    or more, also with every cost times log-normal noise (sigma 0.5) and other model
+    seeds (30 draws): the bound below leaves a busy machine's timings room."""
     inputs, results = measured
-    failed = [MeasureResult((), ErrorKind.RUNTIME) for _ in range(8)]
+    errored = inputs[NUM_TRAIN : NUM_TRAIN + 8]
+    failed = [MeasureResult((), ErrorKind.RUNTIME) for _ in errored]
     model = XGBModel(seed=0, num_warmup_samples=16)
-    model.update([*inputs[:NUM_TRAIN], *inputs[:8]], [*results[:NUM_TRAIN], *failed])
+    model.update([*inputs[:NUM_TRAIN], *errored], [*results[:NUM_TRAIN], *failed])
     assert model.trained  # an error is a sample (throughput 0), not a crash
+    pairs = zip(inputs[:NUM_TRAIN], results[:NUM_TRAIN], strict=True)
+    valid = [i.state for i, r in pairs if r.ok]
+    assert model.num_valid_samples == len(valid)
+    task = inputs[0].task
+    valid_scores = model.predict(task, valid)
+    error_scores = model.predict(task, [i.state for i in errored])
+    ordered = np.mean(valid_scores[:, None] > error_scores[None, :])
+    assert ordered >= 0.9, (valid_scores, error_scores)
 
 
 def test_save_and_load_predict_the_same(

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from loop.test_vectorize import index_exprs  # tests/ is on sys.path (pyproject)
 
-from ember.codegen import output_args, render_c
+from ember.backend import Kernel, build_kernel, kernel_source
+from ember.codegen import output_args
 from ember.errors import CodegenError
 from ember.loop.interpret import run_func
 from ember.loop.ir import (
@@ -43,7 +44,6 @@ from ember.te.expr import (
     minimum,
     select,
 )
-from ember.toolchain import Kernel, build_kernel
 
 F32 = "float32"
 i, j, k, v, t = Var("i"), Var("j"), Var("k"), Var("v"), Var("t")
@@ -107,7 +107,7 @@ def test_elementwise_parallel_and_vectorized() -> None:
 
 
 def test_generated_source_is_readable() -> None:
-    source = render_c(elementwise())
+    source = kernel_source(elementwise())
     expected = """\
 void add_relu(const float* restrict A, const float* restrict B, float* restrict C) {
   #pragma omp parallel for
@@ -275,7 +275,7 @@ def test_int64_extremes_render_as_valid_literals() -> None:
         Store(out, (Const(1),), Const(2**63 - 1, "int64")),
     )
     func = PrimFunc("extremes", (out,), body)
-    assert "INT64_MIN" in render_c(func)
+    assert "INT64_MIN" in kernel_source(func)
     _, (values,) = run_both(func, inputs_for(func))
     assert values.tolist() == [-(2**63), 2**63 - 1]
 
@@ -447,7 +447,7 @@ def test_floor_division_of_loop_indices_is_plain_c_division() -> None:
     source = kernel.source or ""
     assert "i / 6" in source and "ember_floordiv" not in source
     shifted = LetStmt(k, i - 3, Store(c, (i,), cast(F32, k // 4)))
-    source = render_c(PrimFunc("shifted", (c,), loop(i, 24, shifted)))
+    source = kernel_source(PrimFunc("shifted", (c,), loop(i, 24, shifted)))
     assert "ember_floordiv_int64(k, 4)" in source
 
 
@@ -468,7 +468,7 @@ def test_unsupported_dtype_is_a_codegen_error() -> None:
     a, c = Buffer("A", (4,), "float16"), Buffer("C", (4,), "float16")
     func = PrimFunc("half", (a, c), loop(i, 4, Store(c, (i,), Load(a, (i,)))))
     with pytest.raises(CodegenError, match=r"float16 is not supported.*cast"):
-        render_c(func)
+        kernel_source(func)
 
 
 def test_select_on_a_scalar_condition_stays_lazy_around_vector_branches() -> None:

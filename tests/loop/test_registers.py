@@ -57,7 +57,7 @@ def matmul_tile(rows: int = 3, vectors: int = 2, lanes: int = 8, kk: int = 5) ->
 
 
 def pipeline(func: PrimFunc) -> PrimFunc:
-    """What `kernel_source` runs before rendering."""
+    """What the C backend's passes run before rendering (ember.backend.c.CBackend)."""
     return promote_registers(vectorize(simplify(unroll_loops(func))))
 
 

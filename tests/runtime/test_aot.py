@@ -19,7 +19,8 @@ from library_abi import LibraryABI, pointers
 import ember
 from ember.build import Library
 from ember.graph.interpret import interpret
-from ember.runtime.aot import ABI_SYMBOLS, c_string
+from ember.runtime.abi import ABI_SYMBOLS
+from ember.runtime.aot import c_string
 from ember.testing import get_workload
 
 RTOL = 1e-4
@@ -118,13 +119,19 @@ def test_benchmark_times_in_c(mobilenet, abi: LibraryABI) -> None:
         seconds = (ctypes.c_double * 3)()
         start = time.perf_counter()
         assert abi.so.ember_benchmark(*args, 1, 3, 20.0, 0, seconds) == 0, abi.last_error()
-        # number grows until each repeat takes min_repeat_ms.
-        assert time.perf_counter() - start >= 3 * 0.020
-        assert all(0 < s < 1 for s in seconds), list(seconds)
+        wall = time.perf_counter() - start
+        # Bounds that hold however busy the machine is (no ratio of two timings):
+        # `number` grows until each repeat lasts min_repeat_ms, so the call lasts at
+        # least 3 x 20 ms; a repeat's seconds per run are at most that repeat's
+        # duration, and the repeats lie inside the call (the same monotonic clock).
+        assert wall >= 3 * 0.020
+        assert all(s > 0 for s in seconds) and sum(seconds) <= wall, (list(seconds), wall)
         np.testing.assert_allclose(outputs[0], expected, rtol=RTOL, atol=ATOL)
         # With the cache flushed before each repeat (one run each: a cold run).
+        start = time.perf_counter()
         assert abi.so.ember_benchmark(*args, 1, 2, 0.0, 1, seconds) == 0, abi.last_error()
-        assert all(0 < s < 1 for s in seconds[:2])
+        wall = time.perf_counter() - start
+        assert all(s > 0 for s in seconds[:2]) and sum(seconds[:2]) <= wall, list(seconds)
         assert abi.so.ember_benchmark(*args, 0, 3, 0.0, 0, seconds) == -1
         assert "needs number >= 1, repeat >= 1" in abi.last_error()
     finally:
@@ -147,14 +154,17 @@ def test_profile_times_every_step_in_c(mobilenet, abi: LibraryABI) -> None:
     args = (handle, pointers(abi.input_arrays(feeds)), pointers(outputs))
     try:
         seconds = (ctypes.c_double * count)()
+        start = time.perf_counter()
         assert so.ember_profile(*args, 5, seconds) == 0, abi.last_error()
-        assert all(0 < s < 1 for s in seconds), list(seconds)
+        wall = time.perf_counter() - start
         np.testing.assert_allclose(outputs[0], expected, rtol=RTOL, atol=ATOL)
-        run = (ctypes.c_double * 5)()
-        assert so.ember_benchmark(*args, 1, 5, 0.0, 0, run) == 0, abi.last_error()
-        # The steps make up the run: medians of the parts against the whole, loosely
-        # (this machine is shared, so single runs vary).
-        assert 0.2 < sum(seconds) / sorted(run)[2] < 5
+        # Every step was timed (each runs a kernel, so its time is positive), and the
+        # steps are parts of the runs inside the call: a step's median is at most the
+        # sum of its 5 samples, so the medians sum to at most the 5 runs. Bounds that
+        # hold under any load; how the parts compare with a separately timed run
+        # depends on the machine's load, and belongs in benchmarks/.
+        assert all(s > 0 for s in seconds), list(seconds)
+        assert sum(seconds) <= wall, (sum(seconds), wall)
         assert so.ember_profile(*args, 0, seconds) == -1
         assert "needs repeat >= 1" in abi.last_error()
         assert so.ember_profile(*args, 3, None) == -1

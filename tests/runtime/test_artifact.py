@@ -19,11 +19,12 @@ import safetensors.numpy
 import ember
 import ember.runtime.module as runtime_module
 from ember.build import Library, build
+from ember.device import host_cpu_features
 from ember.errors import ArtifactError
 from ember.graph.interpret import interpret
 from ember.runtime import FORMAT_VERSION, load
 from ember.runtime.artifact import MEMBERS
-from ember.target import host_cpu_features, host_triple
+from ember.target import host_triple
 
 NETWORKS = {
     "mlp": dict(image_shape=(1, 8, 8), num_classes=10),

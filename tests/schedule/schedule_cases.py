@@ -1,16 +1,23 @@
 """Small compute DAGs and helpers for schedule tests: lower a State, run it in the
-loop-IR interpreter, and compare with the NumPy evaluation of its DAG."""
+loop-IR interpreter, and compare with the NumPy evaluation of its DAG; strategies of
+random legal schedules, and larger DAGs (16-lane channel vectors, vector tails, packed
+weights) with schedules built around a vector register tile for the compiled test."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 from hypothesis import strategies as st
 
 from ember import te
+from ember.graph import GraphBuilder, Value
+from ember.graph.ops.attrs import ConvAttrs
+from ember.graph.passes import fuse
+from ember.graph.passes.pack_weights import pack_weights
 from ember.loop.interpret import run_func
-from ember.loop.ir import Allocate, For, PrimFunc, Stmt, walk_stmts
+from ember.loop.ir import Allocate, For, ForKind, IfThenElse, PrimFunc, Stmt, walk_stmts
 from ember.loop.verify import verify
 from ember.schedule import (
     Annotation,
@@ -30,7 +37,10 @@ from ember.schedule import (
     Step,
     lower,
 )
+from ember.schedule.state import IteratorKind
+from ember.target import Target
 from ember.te.evaluate import evaluate_dag
+from ember.topi import group_to_dag
 
 # -- workloads (small, so the interpreter is fast) -------------------------------------
 
@@ -111,6 +121,42 @@ def softmax_dag(rows: int = 3, cols: int = 7) -> te.ComputeDAG:
     return te.ComputeDAG([out])
 
 
+# pack_weights' blocks for 16-lane (AVX-512 float32) vectors, whatever the test machine.
+PACKING_TARGET = Target("llvm -mcpu=skylake-avx512")
+
+
+def packed_conv2d_dag(h: int, w: int, c: int, k: int) -> te.ComputeDAG:
+    """An NHWC 3x3 conv (+ bias + ReLU) as ember.build compiles it: its HWIO weight
+    packed by pack_weights into conv_pack's [k/16, 3, 3, c, 16], the fused group's DAG."""
+    builder = GraphBuilder()
+    rng = np.random.default_rng(0)
+    data = builder.input("data", (1, h, w, c))
+    weight = builder.param("weight", rng.standard_normal((3, 3, c, k)).astype("float32"))
+    attrs = ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1, "NHWC", "HWIO")
+    return _packed_group_dag(builder, builder.add("conv", [data, weight], attrs), k, "conv_pack")
+
+
+def packed_dense_dag(m: int, n: int, k: int) -> te.ComputeDAG:
+    """dense (+ bias + ReLU) with its [n, k] weight packed into dense_pack's
+    [n/16, k, 16], as ember.build compiles it."""
+    builder = GraphBuilder()
+    rng = np.random.default_rng(0)
+    data = builder.input("data", (m, k))
+    weight = builder.param("weight", rng.standard_normal((n, k)).astype("float32"))
+    return _packed_group_dag(builder, builder.add("dense", [data, weight]), n, "dense_pack")
+
+
+def _packed_group_dag(
+    builder: GraphBuilder, product: Value, channels: int, op: str
+) -> te.ComputeDAG:
+    bias = builder.param("bias", np.linspace(-1, 1, channels, dtype="float32"))
+    graph, params = builder.build([builder.add("relu", [builder.add("add", [product, bias])])])
+    graph, params = pack_weights(graph, params, PACKING_TARGET)
+    (group,) = fuse(graph, params).groups
+    assert group.nodes[0].op == op, group.nodes[0].op  # the packed op, not the original
+    return group_to_dag(group)[0]
+
+
 # -- running ---------------------------------------------------------------------------
 
 
@@ -175,8 +221,14 @@ PROPERTY_DAGS: dict[str, Callable[[], te.ComputeDAG]] = {
 }
 
 
+# Split factors of random steps on PROPERTY_DAGS' small extents.
+SMALL_FACTORS = st.integers(1, 4)
+
+
 @st.composite
-def random_step(draw: st.DrawFn, state: State) -> Step:
+def random_step(
+    draw: st.DrawFn, state: State, factors: st.SearchStrategy[int] = SMALL_FACTORS
+) -> Step:
     """One step with random (maybe illegal) arguments for a random compute stage."""
     stage_id = draw(
         st.sampled_from([i for i, s in enumerate(state.stages) if not s.is_placeholder])
@@ -186,8 +238,8 @@ def random_step(draw: st.DrawFn, state: State) -> Step:
     kinds = ["SP", "SP", "RE", "FU", "AN", "PR", "CA", "CA", "CI", "CR", "CHR", "RF"]
     kind = draw(st.sampled_from(kinds))
     if kind == "SP":
-        factors = draw(st.lists(st.integers(1, 4), min_size=1, max_size=2))
-        return SplitStep(stage_id, draw(iterator), tuple(factors))
+        split = draw(st.lists(factors, min_size=1, max_size=2))
+        return SplitStep(stage_id, draw(iterator), tuple(split))
     if kind == "RE":
         return ReorderStep(stage_id, tuple(draw(st.permutations(range(count)))))
     if kind == "FU":
@@ -242,3 +294,97 @@ def random_schedule(draw: st.DrawFn, dag: te.ComputeDAG) -> State:
         except ScheduleError:
             continue
     return state
+
+
+# -- register tiles of whole vectors, vector tails, packed weights ---------------------
+
+# Larger than PROPERTY_DAGS (each is compiled once an example, so kept small all the
+# same): 16-lane (AVX-512 float32) vectors of output channels, channel counts that leave
+# a tail after the last whole vector, and weights packed as ember.build packs them.
+WIDE_PROPERTY_DAGS: dict[str, Callable[[], te.ComputeDAG]] = {
+    "conv2d_k32": lambda: conv2d_dag(h=3, w=4, c=8, k=32),  # 2 vectors of 16
+    "conv2d_k20": lambda: conv2d_dag(h=3, w=3, c=4, k=20),  # 1 vector and a tail of 4
+    "dense_n36": lambda: dense_dag(m=4, n=36, k=16),  # 2 vectors and a tail of 4
+    "conv_pack_k48": lambda: packed_conv2d_dag(h=3, w=4, c=8, k=48),  # 3 blocks of 16
+    "dense_pack_n32": lambda: packed_dense_dag(m=4, n=32, k=24),  # 2 blocks of 16
+}
+# Split factors of the random steps that follow the tile: lanes and tails among them.
+WIDE_FACTORS = st.sampled_from([1, 2, 3, 4, 5, 8, 16])
+
+
+@st.composite
+def random_tiled_schedule(draw: st.DrawFn, dag: te.ComputeDAG, lanes: int = 16) -> State:
+    """A random schedule around a register tile, as the search builds them: maybe a
+    cache_write of the reduction first; on a random compute stage, `vector_tile` (its
+    innermost spatial axis split by `lanes`, a guarded tail where they do not divide
+    it, vectorized; maybe unrolled rows and vectors around it); then random steps with
+    split factors up to 16 (attaching, splitting, fusing the tile)."""
+    state = State.initial(dag)
+    reductions = [
+        i for i, s in enumerate(state.stages) if not s.is_placeholder and s.compute_op.reduce_axes
+    ]
+    if reductions and draw(st.booleans()):
+        state = CacheWriteStep(reductions[-1]).apply(state)
+    stages = [i for i, s in enumerate(state.stages) if not s.is_placeholder and s.iters]
+    stage_id, rows = draw(st.sampled_from(stages)), draw(st.sampled_from([1, 2, 3, 4]))
+    with contextlib.suppress(ScheduleError):
+        state = vector_tile(state, stage_id, lanes, rows, unroll_vectors=draw(st.booleans()))
+    for _ in range(draw(st.integers(0, 6))):
+        step = draw(random_step(state, WIDE_FACTORS))
+        try:
+            state = step.apply(state)
+        except ScheduleError:
+            continue
+    return state
+
+
+def vector_tile(
+    state: State, stage_id: int, lanes: int, rows: int, unroll_vectors: bool = False
+) -> State:
+    """Stage `stage_id` with its innermost spatial iterator split by `lanes` and the
+    inner part vectorized, innermost; with `rows` > 1 the spatial iterator before it
+    split by `rows` and the inner part unrolled, just outside the vector loop; with
+    `unroll_vectors` the loop over the vectors unrolled outside those (where `lanes`
+    leave a tail, the whole vectors' copies lose the guard and the last keeps it)."""
+    iters = state.stages[stage_id].iters
+    spatial = [k for k, it in enumerate(iters) if it.kind is IteratorKind.SPATIAL and it.extent > 1]
+    if not spatial:
+        raise ScheduleError("no spatial iterator to vectorize")
+    vector_axis = spatial[-1]
+    inner: list[int] = []
+    if rows > 1 and len(spatial) > 1:
+        state = SplitStep(stage_id, spatial[-2], (rows,)).apply(state)
+        inner.append(spatial[-2] + 1)
+        vector_axis += 1
+    state = SplitStep(stage_id, vector_axis, (lanes,)).apply(state)
+    inner.append(vector_axis + 1)
+    if unroll_vectors:
+        inner.insert(0, vector_axis)
+    count = len(state.stages[stage_id].iters)
+    order = [k for k in range(count) if k not in inner] + inner
+    state = ReorderStep(stage_id, tuple(order)).apply(state)
+    state = AnnotationStep(stage_id, count - 1, Annotation.VECTORIZE).apply(state)
+    for position in range(count - len(inner), count - 1):
+        state = AnnotationStep(stage_id, position, Annotation.UNROLL).apply(state)
+    return state
+
+
+def has_guarded_vector_loop(func: PrimFunc) -> bool:
+    """Whether a vectorized loop of `func` holds a guard (a split that leaves a tail)."""
+    return any(
+        isinstance(inner, IfThenElse)
+        for loop in loops(func)
+        if loop.kind is ForKind.VECTORIZED
+        for inner in stmts(loop.body)
+    )
+
+
+def has_register_tile(func: PrimFunc) -> bool:
+    """Whether an unrolled loop of `func` holds a vectorized one (copies of a vector of
+    accumulators, or of stores)."""
+    return any(
+        isinstance(inner, For) and inner.kind is ForKind.VECTORIZED
+        for loop in loops(func)
+        if loop.kind is ForKind.UNROLLED
+        for inner in stmts(loop.body)
+    )

@@ -10,11 +10,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, note, settings
-from schedule_cases import PROPERTY_DAGS, random_inputs, random_schedule
+from schedule_cases import (
+    PROPERTY_DAGS,
+    WIDE_PROPERTY_DAGS,
+    has_guarded_vector_loop,
+    has_register_tile,
+    random_inputs,
+    random_schedule,
+    random_tiled_schedule,
+)
 
+from ember.backend import build_kernel
 from ember.schedule import State, lower
 from ember.te.evaluate import evaluate_dag
-from ember.toolchain import build_kernel
 
 
 @pytest.mark.parametrize("workload", sorted(PROPERTY_DAGS))
@@ -35,3 +43,57 @@ def test_random_legal_schedules_compile_to_the_same_result(workload: str) -> Non
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=kernel.source)
 
     property_holds()
+
+
+# What each larger case is there for, shown by at least one of its examples (else the
+# case tests less than it claims): a register tile of 16-lane vectors (an unrolled loop
+# around a vectorized one, rendered as 64-byte GCC vectors whatever the host), or
+# 16-lane vectors beside a vectorized loop that holds the guard of the tail.
+TILE = "16-lane register tile"
+TAIL = "16-lane vectors and a guarded tail"
+WIDE_CASE_EXERCISES = {
+    "conv2d_k32": TILE,
+    "conv2d_k20": TAIL,
+    "dense_n36": TAIL,
+    "conv_pack_k48": TILE,
+    "dense_pack_n32": TILE,
+}
+
+
+@pytest.mark.parametrize(
+    "examples", [25, pytest.param(200, marks=pytest.mark.slow)], ids=["fast", "sweep"]
+)
+@pytest.mark.parametrize("workload", sorted(WIDE_PROPERTY_DAGS))
+def test_random_register_tiles_compile_to_the_same_result(workload: str, examples: int) -> None:
+    """Random schedules built around a vector register tile, on DAGs with 16-lane
+    channel vectors, vector tails and packed weights. Derandomized (the same examples
+    every run), so the check of what the examples exercised cannot flake."""
+    dag = WIDE_PROPERTY_DAGS[workload]()
+    inputs = random_inputs(dag)
+    expected = evaluate_dag(dag, inputs)
+    exercised: set[str] = set()
+
+    @settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    @given(random_tiled_schedule(dag))
+    def property_holds(state: State) -> None:
+        note(str([step.to_json() for step in state.steps]))  # type: ignore[attr-defined]
+        func = lower(state)
+        kernel = build_kernel(func, "llvm")
+        outputs = [np.full(t.shape, np.nan, t.dtype) for t in dag.outputs]
+        kernel(*inputs, *outputs)
+        # The tolerance of the small cases: at most 72 terms a reduction here.
+        for got, want in zip(outputs, expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=kernel.source)
+        if "vector_size(64)" in kernel.source and has_register_tile(func):
+            exercised.add(TILE)
+        if "vector_size(64)" in kernel.source and has_guarded_vector_loop(func):
+            exercised.add(TAIL)
+
+    property_holds()
+    assert WIDE_CASE_EXERCISES[workload] in exercised, exercised

@@ -25,6 +25,7 @@ from functools import partial
 
 import numpy as np
 
+from ember.device import device_model
 from ember.graph.ir import (
     FLOAT_DTYPES,
     Graph,
@@ -112,7 +113,7 @@ def pack_weights(
             nodes.append(node)
             continue
         rows = node.inputs[0].type.size // max(1, weight.shape[1])
-        block = block_size(weight.shape[0], target.lanes(str(weight.dtype)), rows)
+        block = block_size(weight.shape[0], device_model(target).lanes(str(weight.dtype)), rows)
         weight_param = packed_param(node, partial(_packed_dense, weight, block))
         nodes.extend(_dense_pack_nodes(node, weight_param, weight.shape[0], names))
     rebuilt = graph.replace(nodes=tuple(nodes), params=tuple(new_params))
@@ -174,7 +175,7 @@ def _conv_block(node: Node, arrays: Mapping[str, np.ndarray], target: Target) ->
     rank = layout.spatial_rank
     if attrs.groups != 1 or not layout.channels_last or kernel_layout.out_axis != rank + 1:
         return None
-    lanes = target.lanes(str(array.dtype))
+    lanes = device_model(target).lanes(str(array.dtype))
     return conv_block(array.shape[-1], lanes) if lanes >= MIN_BLOCK else None
 
 
@@ -188,7 +189,7 @@ def _constant_weight(
     array = arrays.get(node.inputs[1].name)
     if array is None or array.ndim != 2 or str(array.dtype) not in FLOAT_DTYPES or array.size == 0:
         return None
-    if target.lanes(str(array.dtype)) < MIN_BLOCK:
+    if device_model(target).lanes(str(array.dtype)) < MIN_BLOCK:
         return None
     return array if node.op == "dense" else array.T
 

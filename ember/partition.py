@@ -1,0 +1,199 @@
+"""A graph split into the kernels that run it: the one split `ember.build` and
+`ember.autoschedule.extract_tasks` share, so every task is a kernel the build compiles.
+
+    part = partition(graph, params, target)
+    part.graph, part.params     # after the graph passes (`optimize`)
+    part.fused.groups           # the fused groups, in the order they run
+    part.kernels                # the distinct kernels, one per workload key, first use first
+    part.kernel_of(group)       # a group's kernel; None for a group a C helper runs
+
+Steps, in order:
+
+1. `optimize`: fold_constants, fold_batch_norm, convert_layout to NHWC (CPU kernels
+   vectorise over the innermost channel axis), then simplify, which must come after
+   convert_layout to merge the transposes it leaves, then pack_weights (constant
+   dense/matmul/conv weights re-laid out in blocks of the target's vector lanes).
+   Param names are made safe for the safetensors reader in C. Inputs and outputs keep
+   their names and layouts: the transposes to and from NHWC are inside the library.
+2. `fuse` into groups.
+3. each group that a kernel can express becomes a ComputeDAG (`group_to_dag`); groups
+   with the same workload key share one kernel, whose `count` says how many run it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ember.config import debug_enabled
+from ember.errors import BuildError
+from ember.graph.ir import Graph, NameSupply, Node, Params, TensorType, Value
+from ember.graph.passes import (
+    FusedGraph,
+    FusedGroup,
+    GroupKind,
+    convert_layout,
+    fold_batch_norm,
+    fold_constants,
+    fuse,
+    simplify,
+)
+from ember.graph.passes.pack_weights import pack_weights
+from ember.names import c_identifier
+from ember.target import Target
+from ember.te.dag import ComputeDAG
+from ember.topi import NOT_EXPRESSIBLE, group_to_dag
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class KernelSpec:
+    """One distinct kernel: the DAG of the first group with its workload key, the
+    graph values its inputs stand for, which of those are constant params, and how
+    many groups run it."""
+
+    name: str
+    workload_key: str
+    group: FusedGroup
+    dag: ComputeDAG
+    inputs: tuple[Value, ...]
+    count: int
+
+    @property
+    def weight_inputs(self) -> tuple[int, ...]:
+        """Positions in `dag.inputs` of the first group's params (its weights)."""
+        params = {value.name for value in self.group.params}
+        return tuple(i for i, value in enumerate(self.inputs) if value.name in params)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Partition:
+    """A graph after the passes, its fused groups and its distinct kernels."""
+
+    graph: Graph
+    params: Params
+    fused: FusedGraph
+    kernels: tuple[KernelSpec, ...]
+    _by_group: Mapping[str, KernelSpec]
+
+    def kernel_of(self, group: FusedGroup) -> KernelSpec | None:
+        """The kernel that runs `group`; None when a C helper runs it."""
+        return self._by_group.get(group.name)
+
+
+def partition(graph: Graph, params: Mapping[str, np.ndarray] | None, target: Target) -> Partition:
+    """`graph` (with its `params`, checked) split into kernels for `target`."""
+    optimized, arrays = optimize(graph, checked_params(graph, params), target)
+    fused = fuse(optimized, arrays)
+    _dump("fused graph", fused)
+    found: dict[str, tuple[FusedGroup, ComputeDAG, tuple[Value, ...]]] = {}
+    counts: dict[str, int] = {}
+    key_of: dict[str, str] = {}
+    for group in fused.groups:
+        if runs_in_helper(group):
+            continue
+        dag, inputs = group_to_dag(group)
+        key = dag.workload_key
+        found.setdefault(key, (group, dag, inputs))
+        counts[key] = counts.get(key, 0) + 1
+        key_of[group.name] = key
+    kernels = {
+        key: KernelSpec(kernel_name(group, key), key, group, dag, inputs, counts[key])
+        for key, (group, dag, inputs) in found.items()
+    }
+    by_group = {name: kernels[key] for name, key in key_of.items()}
+    return Partition(optimized, arrays, fused, tuple(kernels.values()), by_group)
+
+
+def runs_in_helper(group: FusedGroup) -> bool:
+    """Whether the group is an op no kernel can express (a hand-written C helper runs
+    it, or the build refuses it)."""
+    return group.kind == GroupKind.OPAQUE and group.nodes[0].op in NOT_EXPRESSIBLE
+
+
+def kernel_name(group: FusedGroup, workload_key: str) -> str:
+    """A C name from the group's ops and the workload key: stable across networks,
+    so a kernel's object file is shared by every network with that workload. (Not
+    `ember_...`: the C renderer keeps that prefix for its helpers.)"""
+    ops = "_".join(node.op for node in group.nodes[:4])
+    digest = hashlib.sha256(workload_key.encode()).hexdigest()[:10]
+    return c_identifier(f"{ops}_{digest}")
+
+
+def checked_params(graph: Graph, params: Mapping[str, np.ndarray] | None) -> Params:
+    """`params` as arrays, each checked against the graph's param of that name."""
+    params = params or {}
+    missing = [value.name for value in graph.params if value.name not in params]
+    if missing:
+        raise BuildError(
+            f"graph {graph.name!r} needs params {', '.join(missing[:5])}"
+            f"{' ...' if len(missing) > 5 else ''} that were not given: pass "
+            "params=<the dict returned with the graph>"
+        )
+    arrays: Params = {}
+    for value in graph.params:
+        array = np.asarray(params[value.name])
+        if TensorType.of(array) != value.type:
+            raise BuildError(
+                f"param {value.name!r} is {TensorType.of(array)}, the graph expects "
+                f"{value.type}: pass the params that belong to this graph"
+            )
+        arrays[value.name] = array
+    return arrays
+
+
+def optimize(
+    graph: Graph, params: Mapping[str, np.ndarray], target: Target | None = None
+) -> tuple[Graph, Params]:
+    """The graph passes of a CPU build (step 1 of the module docstring); with a
+    `target`, constant weights are also packed for its vectors."""
+    result, arrays = fold_constants(graph, params)
+    result, arrays = fold_batch_norm(result, arrays)
+    result, arrays = convert_layout(result, arrays, "NHWC")
+    result, arrays = simplify(result, arrays)  # after convert_layout: merges its transposes
+    if target is not None:  # last: the passes before it know no packed ops
+        result, arrays = pack_weights(result, arrays, target)
+    if result.inputs != graph.inputs or result.outputs != graph.outputs:
+        raise BuildError(
+            f"the graph passes changed the inputs or outputs of {graph.name!r}; this is a "
+            "bug in Ember, please report it with the model"
+        )
+    # Last: a param that is also a graph output may be renamed; outputs are matched
+    # by position from here on, and their names come from the original graph.
+    result, arrays = _safe_param_names(result, arrays)
+    _dump("optimized graph", result)
+    return result, arrays
+
+
+def _safe_param_names(graph: Graph, params: Params) -> tuple[Graph, Params]:
+    """Params renamed where their names are not plain ASCII the C runtime can match in
+    a safetensors header (letters, digits, `_.:/-`)."""
+    supply = NameSupply.for_graph(graph)
+    renamed = {
+        value.name: Value(supply.fresh(value.name), value.type)
+        for value in graph.params
+        if not _SAFE_NAME.fullmatch(value.name)
+    }
+    if not renamed:
+        return graph, params
+
+    def swap(values: tuple[Value, ...]) -> tuple[Value, ...]:
+        return tuple(renamed.get(value.name, value) for value in values)
+
+    nodes = tuple(
+        Node(node.op, swap(node.inputs), node.outputs, node.attrs, node.name)
+        for node in graph.nodes
+    )
+    result = graph.replace(nodes=nodes, params=swap(graph.params), outputs=swap(graph.outputs))
+    return result, {(renamed[n].name if n in renamed else n): a for n, a in params.items()}
+
+
+def _dump(what: str, item: object) -> None:
+    if debug_enabled():
+        print(f"[ember] {what}:\n{item}", file=sys.stderr)

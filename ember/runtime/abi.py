@@ -1,0 +1,131 @@
+"""What a compiled Ember library and its callers agree on: the C functions every
+library exports (with their ctypes signatures), the tensors at its boundary, the
+dtypes they may have, and the alignment of every buffer.
+
+    functions = CLibrary(Path("mod.so"), source="net.tar").library  # ArtifactError if
+    functions.ember_num_steps()                                        # not an Ember one
+    TensorSpec("data", (1, 224, 224, 3), "float32").nbytes
+
+The functions are hand-written once in `c/runtime.c` (`ABI_SYMBOLS`, with the types
+`c/ember_internal.h` declares); `ember.runtime.module` wraps them for NumPy arrays,
+`ember.runtime.aot` generates what they call. Standard library only: a device-side
+server on a board with a bare Python loads and runs libraries through this module.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ember.errors import ArtifactError
+
+# Bytes every buffer a kernel sees starts on: a cache line, and the widest vector load
+# (AVX-512). The runtime's buffers and arena (c/ember_internal.h's EMBER_ALIGNMENT), the
+# memory plan's offsets, the kernels' own allocations (ember.codegen.c) and the tuner's
+# arguments all use it, so kernels may assume it.
+ALIGNMENT = 64
+
+# The dtypes of tensors at a library's boundary (NumPy's names) -> the safetensors
+# dtype, as ember_create_from_file checks it, and the bytes per element.
+SAFETENSORS_DTYPES = {
+    "float16": "F16",
+    "float32": "F32",
+    "float64": "F64",
+    "int8": "I8",
+    "int16": "I16",
+    "int32": "I32",
+    "int64": "I64",
+    "uint8": "U8",
+    "uint16": "U16",
+    "uint32": "U32",
+    "uint64": "U64",
+    "bool": "BOOL",
+}
+ITEM_BYTES = {
+    "float16": 2,
+    "float32": 4,
+    "float64": 8,
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "uint8": 1,
+    "uint16": 2,
+    "uint32": 4,
+    "uint64": 8,
+    "bool": 1,
+}
+
+REBUILD_HINT = "the artifact is damaged or was not made by Ember; rebuild it with `ember compile`"
+
+_POINTERS = ctypes.POINTER(ctypes.c_void_p)
+_INSTANCE, _INT32, _DOUBLE = ctypes.c_void_p, ctypes.c_int32, ctypes.c_double
+# The C ABI every library exports (c/runtime.c), nothing else: every object is compiled
+# with -fvisibility=hidden and these are the EMBER_EXPORT functions. name -> (restype,
+# argtypes).
+ABI_SIGNATURES: dict[str, tuple[object, tuple[object, ...]]] = {
+    "ember_create": (_INSTANCE, (_POINTERS,)),
+    "ember_create_from_file": (_INSTANCE, (ctypes.c_char_p,)),
+    "ember_run": (_INT32, (_INSTANCE, _POINTERS, _POINTERS)),
+    "ember_benchmark": (
+        _INT32,
+        (_INSTANCE, _POINTERS, _POINTERS, _INT32, _INT32, _DOUBLE, _INT32, ctypes.POINTER(_DOUBLE)),
+    ),
+    "ember_profile": (_INT32, (_INSTANCE, _POINTERS, _POINTERS, _INT32, ctypes.POINTER(_DOUBLE))),
+    "ember_num_steps": (_INT32, ()),
+    "ember_step_name": (ctypes.c_char_p, (_INT32,)),
+    "ember_step_kernel": (ctypes.c_char_p, (_INT32,)),
+    "ember_destroy": (None, (_INSTANCE,)),
+    "ember_target": (ctypes.c_char_p, ()),
+    "ember_last_error": (ctypes.c_char_p, ()),
+}
+ABI_SYMBOLS = tuple(ABI_SIGNATURES)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """A tensor at a library's boundary: one input, output or param."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ITEM_BYTES:
+            raise ValueError(
+                f"tensor '{self.name}' has dtype {self.dtype!r}; a library's inputs, outputs "
+                f"and params are one of {', '.join(ITEM_BYTES)}"
+            )
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * ITEM_BYTES[self.dtype]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.shape} {self.dtype}"
+
+
+class CLibrary:
+    """The C functions of one loaded library (`library`, a ctypes.CDLL), with their
+    signatures set; `source` names the library in errors."""
+
+    def __init__(self, path: Path, source: str) -> None:
+        try:
+            library = ctypes.CDLL(str(path))
+        except OSError as error:
+            raise ArtifactError(f"{source}: cannot load the library {path}: {error}") from None
+        for name, (restype, argtypes) in ABI_SIGNATURES.items():
+            try:
+                function = getattr(library, name)
+            except AttributeError:
+                raise ArtifactError(
+                    f"{source}: {path.name} does not export {name}: {REBUILD_HINT}"
+                ) from None
+            function.restype, function.argtypes = restype, argtypes
+        self.library = library
+
+    def last_error(self) -> str:
+        message = self.library.ember_last_error()
+        return message.decode(errors="replace") if message else "no message"
