@@ -42,7 +42,7 @@ test: $(VENV)/.installed-test cross-tools
 	$(BIN)/python -m pytest -q
 
 test-all: $(VENV)/.installed-test cross-tools
-	$(BIN)/python -m pytest -q -m ''
+	HYPOTHESIS_PROFILE=explore $(BIN)/python -m pytest -q -m ''
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check ember tests examples
