@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ember.backend import Output, backend_for, compile_kernel
-from ember.config import debug_enabled
+from ember.config import debug_dump
 from ember.device import host_cpu_count
 from ember.errors import BuildError
 from ember.graph.analysis import summarize
@@ -62,9 +63,8 @@ from ember.runtime.memory_plan import MemoryPlan, TensorLifetime, plan_memory
 from ember.runtime.module import Module
 from ember.schedule.default import default_schedule
 from ember.schedule.source import ScheduleSource
-from ember.schedule.state import State
+from ember.schedule.state import ScheduleError, State
 from ember.target import Target
-from ember.toolchain import compile_object, link_shared
 from ember.topi import NOT_EXPRESSIBLE
 
 _OBJECT_FLAGS = ("-fvisibility=hidden",)
@@ -169,19 +169,19 @@ def schedule_source(tuning_records: TuningRecords | None) -> ScheduleSource | No
         return tuning_records
     from ember.autoschedule.records import ApplyHistoryBest, MeasureRecord
 
-    if not isinstance(tuning_records, str | os.PathLike):
-        for record in tuning_records:
-            if not isinstance(record, MeasureRecord):
-                raise BuildError(
-                    f"tuning_records must be a records file or MeasureRecords, not a list "
-                    f"holding {type(record).__name__}"
-                )
-    return ApplyHistoryBest(tuning_records)  # type: ignore[arg-type]
-
-
-def _dump(what: str, item: object) -> None:
-    if debug_enabled():
-        print(f"[ember] {what}:\n{item}", file=sys.stderr)
+    if isinstance(tuning_records, str | os.PathLike):
+        return ApplyHistoryBest(tuning_records)
+    accepted = "a records file, MeasureRecords or a ScheduleSource (with .lookup)"
+    if not isinstance(tuning_records, Iterable):
+        raise BuildError(f"tuning_records must be {accepted}, not {type(tuning_records).__name__}")
+    records: list[MeasureRecord] = []
+    for record in tuning_records:  # read once: an iterator is consumed here
+        if not isinstance(record, MeasureRecord):
+            raise BuildError(
+                f"tuning_records must be {accepted}, not a list holding {type(record).__name__}"
+            )
+        records.append(record)
+    return ApplyHistoryBest(records)
 
 
 # -- plan ------------------------------------------------------------------------------
@@ -211,7 +211,9 @@ class BuildPlan:
 
 
 def plan_build(parts: Partition, target: Target) -> BuildPlan:
-    """Place every tensor and list the steps of the entry point, one per group."""
+    """Place every tensor and list the steps of the entry point, one per group (each
+    calls its kernel's packed entry, named by the target's backend)."""
+    backend = backend_for(target)
     fused = parts.fused
     graph = fused.graph
     locations = _boundary_locations(graph)
@@ -228,7 +230,7 @@ def plan_build(parts: Partition, target: Target) -> BuildPlan:
             records.append(_record(group, f"ember_topk_{step.dtype}", None))
             continue
         refs = tuple(locations[value.name] for value in (*group.inputs, *group.outputs))
-        steps.append(KernelStep(group.name, packed_symbol(kernel), refs))
+        steps.append(KernelStep(group.name, backend.symbols(kernel.name)[1], refs))
         records.append(_record(group, kernel.name, kernel.workload_key))
     steps.extend(_output_copies(graph, locations))
     program = AotProgram(
@@ -240,11 +242,6 @@ def plan_build(parts: Partition, target: Target) -> BuildPlan:
         steps=tuple(steps),
     )
     return BuildPlan(program, memory, parts.kernels, tuple(records))
-
-
-def packed_symbol(kernel: KernelSpec) -> str:
-    """The packed entry the AOT entry point calls (ember/codegen/c.py names it)."""
-    return f"{kernel.name}_packed"
 
 
 def _boundary_locations(graph: Graph) -> dict[str, BufferRef]:
@@ -334,15 +331,16 @@ def _compile_and_link(
     the generated sources, as compiled. Kernels are scheduled on this thread (a tuned
     State's lookup may warn, and warnings belong to the caller's thread), then
     generated and compiled in the pool."""
+    backend = backend_for(target)
     entry_point = render_entry_point(plan.program)
-    _dump("AOT entry point", entry_point)
+    debug_dump("AOT entry point", entry_point)
     scheduled = [(kernel, *_schedule(kernel, target, schedules)) for kernel in plan.kernels]
     with (
         ThreadPoolExecutor(max_workers=host_cpu_count()) as pool,
         _progress_bar(show, f"building {name}", len(plan.kernels)) as advance,
     ):
         runtime = [
-            pool.submit(compile_object, source, target, _OBJECT_FLAGS)
+            pool.submit(backend.compile, source, target, Output.OBJECT, flags=_OBJECT_FLAGS)
             for source in (*runtime_sources(), entry_point)
         ]
         futures: list[Future[tuple[KernelSource, Path]]] = []
@@ -354,14 +352,22 @@ def _compile_and_link(
         kernels = [future.result() for future in futures]
     objects += [path for _, path in kernels]
     sources = GeneratedSources(entry_point, tuple(source for source, _ in kernels))
-    return link_shared(objects, target), sources
+    return backend.link(objects, target), sources
 
 
 def _schedule(
     kernel: KernelSpec, target: Target, schedules: ScheduleSource | None
 ) -> tuple[State, bool]:
     """The tuned State for the kernel's workload, else its default schedule."""
-    tuned = schedules.lookup(kernel.workload_key, kernel.dag, target) if schedules else None
+    try:
+        tuned = schedules.lookup(kernel.workload_key, kernel.dag, target) if schedules else None
+    except ScheduleError as error:
+        warnings.warn(
+            f"the tuning record for kernel {kernel.name} does not apply to its DAG "
+            f"({error}); it gets its default schedule",
+            stacklevel=5,
+        )
+        tuned = None
     if tuned is not None:
         return tuned, True
     return default_schedule(kernel.dag, target), False
@@ -371,10 +377,11 @@ def _compile_kernel(
     kernel: KernelSpec, state: State, tuned: bool, target: Target
 ) -> tuple[KernelSource, Path]:
     compiled = compile_kernel(state, target, kernel.name, output=Output.OBJECT, flags=_OBJECT_FLAGS)
-    if compiled.packed_symbol != packed_symbol(kernel):
+    expected = backend_for(target).symbols(kernel.name)[1]
+    if compiled.packed_symbol != expected:
         raise BuildError(
             f"kernel {kernel.name} was rendered with entry {compiled.packed_symbol}, not "
-            f"{packed_symbol(kernel)}; this is a bug in Ember, please report it"
+            f"{expected}; this is a bug in Ember, please report it"
         )
     generated = compiled.kernel
     return KernelSource(kernel.name, generated.source, generated.lowered, tuned), compiled.path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from ember.errors import EmberError
@@ -19,6 +20,12 @@ def cache_dir() -> Path:
 def debug_enabled() -> bool:
     """`EMBER_DEBUG=1` dumps each pipeline stage's output."""
     return os.environ.get("EMBER_DEBUG", "") not in ("", "0", "false", "no")
+
+
+def debug_dump(what: str, item: object) -> None:
+    """Print a pipeline stage's result to stderr when `EMBER_DEBUG` is set."""
+    if debug_enabled():
+        print(f"[ember] {what}:\n{item}", file=sys.stderr)
 
 
 def artifact_cache_bytes() -> int:

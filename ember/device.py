@@ -7,11 +7,13 @@
 Default schedules, sketch rules, weight packing and the cost model's hardware
 parameters all read one `DeviceModel`, resolved once per Target from, in order:
 
-1. this machine, when the target runs here (`Target.is_host`): cores (physical cores
-   this process may use), caches (sysfs) and, for a native target (no -mcpu, no
-   -mtriple, or -mcpu=native), the CPU's feature flags (`/proc/cpuinfo`);
+1. this machine, when the target is this machine (it runs here and names no triple:
+   `describes_this_machine`): cores (physical cores this process may use; on an SMT
+   machine fewer than its logical CPUs), caches (sysfs) and, for a native target (no
+   -mcpu, or -mcpu=native), the CPU's feature flags (`/proc/cpuinfo`);
 2. otherwise the table of `-mcpu` names below (x86 and AArch64 cores: cores of a
-   typical board, caches, vector features), or the architecture's baseline;
+   typical board, caches, vector features; an -mcpu of the wrong architecture is a
+   TargetError, an unknown one a warning), or the architecture's baseline;
 3. the target's own options over both: `-num-cores=N`, `-mattr=+f,-g`.
 
 (A later issue lets a remote board report its own model.) This is the only module that
@@ -33,9 +35,11 @@ from __future__ import annotations
 import functools
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from ember.errors import TargetError
 from ember.target import Target
 
 _CPUINFO = Path("/proc/cpuinfo")
@@ -98,6 +102,7 @@ _DTYPE = re.compile(r"([a-z]+?)(\d*)(?:x\d+)?")
 class _CpuEntry:
     """What the table knows of an -mcpu name."""
 
+    arch: str
     features: frozenset[str]
     cores: int = 4
     l1: int = 32 * KiB
@@ -107,11 +112,11 @@ class _CpuEntry:
 
 def _x86(*features: str, l1: int = 32 * KiB, l2: int = 1 * MiB, l3: int = 8 * MiB) -> _CpuEntry:
     # A desktop-class default of 8 cores: a cross-compiled x86 build rarely knows more.
-    return _CpuEntry(frozenset(("sse2", *features)), 8, l1, l2, l3)
+    return _CpuEntry("x86_64", frozenset(("sse2", *features)), 8, l1, l2, l3)
 
 
 def _arm(*features: str, cores: int = 4, l1: int, l2: int, l3: int = 0) -> _CpuEntry:
-    return _CpuEntry(frozenset(("neon", *features)), cores, l1, l2, l3)
+    return _CpuEntry("aarch64", frozenset(("neon", *features)), cores, l1, l2, l3)
 
 
 _AVX = ("avx",)
@@ -199,17 +204,16 @@ def device_model(target: Target) -> DeviceModel:
     if not isinstance(target, Target):
         target = Target(target)
     arch = target.target_arch
-    entry = CPU_TABLE.get(target.mcpu or "")
+    entry = _table_entry(target)
     features = set(_features(target, entry))
     for attr in target.mattr:
         (features.add if attr[0] == "+" else features.discard)(attr[1:])
-    if target.is_host:
+    if describes_this_machine(target):
         caches = host_caches()
         cores = host_cores()
     else:
-        known = entry or _CpuEntry(frozenset())
-        caches = {"l1": known.l1, "l2": known.l2, "l3": known.l3} if entry else {}
-        cores = known.cores if entry else _DEFAULT_CORES
+        caches = {"l1": entry.l1, "l2": entry.l2, "l3": entry.l3} if entry else {}
+        cores = entry.cores if entry else _DEFAULT_CORES
     vector_bits = max((bits for name, bits in _VECTOR_BITS if name in features), default=128)
     wide_registers = "avx512f" in features or arch == "aarch64"
     return DeviceModel(
@@ -224,6 +228,40 @@ def device_model(target: Target) -> DeviceModel:
         l2_cache_bytes=caches.get("l2", _DEFAULT_CACHES["l2"]),
         l3_cache_bytes=caches.get("l3", _DEFAULT_CACHES["l3"]),
     )
+
+
+def describes_this_machine(target: Target) -> bool:
+    """Whether `target` is this very machine, so its cores and caches are the host's:
+    it runs here and names no triple (`llvm`, `llvm -mcpu=znver4`). A target that
+    names its triple describes a device of that kind (`-mtriple=aarch64-linux-gnu
+    -mcpu=cortex-a72` is a Raspberry Pi 4 even when built on an AArch64 server), and
+    gets the table's cores and caches, or `-num-cores`."""
+    return target.is_host and target.mtriple is None
+
+
+def _table_entry(target: Target) -> _CpuEntry | None:
+    """The table's entry for the target's -mcpu; a CPU of another architecture than
+    the triple's is an error, an unknown one a warning (the baseline is used)."""
+    cpu = target.mcpu
+    if cpu is None or cpu == "native":
+        return None
+    entry = CPU_TABLE.get(cpu)
+    arch = target.target_arch
+    if entry is None:
+        known = ", ".join(name for name, e in CPU_TABLE.items() if e.arch == arch)
+        warnings.warn(
+            f"-mcpu={cpu} is not in Ember's table of CPUs: the device model assumes "
+            f"{arch}'s baseline features and {_DEFAULT_CORES} cores; give -mattr and "
+            f"-num-cores, or one of: {known or 'none known for ' + arch}",
+            stacklevel=3,
+        )
+        return None
+    if entry.arch != arch:
+        raise TargetError(
+            f"-mcpu={cpu} is an {entry.arch} CPU, but target {target} is for {arch} "
+            f"({target.triple}): fix -mtriple or -mcpu"
+        )
+    return entry
 
 
 def _features(target: Target, entry: _CpuEntry | None) -> frozenset[str]:

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from ember.config import debug_enabled
+from ember.config import debug_dump
 from ember.errors import BuildError
 from ember.graph.ir import Graph, NameSupply, Node, Params, TensorType, Value
 from ember.graph.passes import (
@@ -91,7 +90,7 @@ def partition(graph: Graph, params: Mapping[str, np.ndarray] | None, target: Tar
     """`graph` (with its `params`, checked) split into kernels for `target`."""
     optimized, arrays = optimize(graph, checked_params(graph, params), target)
     fused = fuse(optimized, arrays)
-    _dump("fused graph", fused)
+    debug_dump("fused graph", fused)
     found: dict[str, tuple[FusedGroup, ComputeDAG, tuple[Value, ...]]] = {}
     counts: dict[str, int] = {}
     key_of: dict[str, str] = {}
@@ -167,7 +166,7 @@ def optimize(
     # Last: a param that is also a graph output may be renamed; outputs are matched
     # by position from here on, and their names come from the original graph.
     result, arrays = _safe_param_names(result, arrays)
-    _dump("optimized graph", result)
+    debug_dump("optimized graph", result)
     return result, arrays
 
 
@@ -192,8 +191,3 @@ def _safe_param_names(graph: Graph, params: Params) -> tuple[Graph, Params]:
     )
     result = graph.replace(nodes=nodes, params=swap(graph.params), outputs=swap(graph.outputs))
     return result, {(renamed[n].name if n in renamed else n): a for n, a in params.items()}
-
-
-def _dump(what: str, item: object) -> None:
-    if debug_enabled():
-        print(f"[ember] {what}:\n{item}", file=sys.stderr)

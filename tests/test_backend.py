@@ -1,7 +1,9 @@
 """The backend joint: one path from a State to a compiled kernel, chosen from the
 Target. The C backend and the portable C backend compute the same numbers; a backend
-plugged in through `register_backend` is what `ember.build`, `ember.kernel` and the
-tuning builder use for a target that names it."""
+plugged in through `register_backend` is what `ember.build` and `ember.kernel` use for
+a target that names it, and the tuning builder's helpers build with the target's
+backend (portable-c here: they import `ember.backend` afresh, so a backend registered
+at run time in this process is not theirs)."""
 
 from __future__ import annotations
 

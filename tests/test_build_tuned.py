@@ -20,7 +20,9 @@ from ember.graph import GraphBuilder
 from ember.graph.interpret import interpret
 from ember.graph.ir import Graph, Params
 from ember.graph.ops.attrs import ConvAttrs, ReshapeAttrs
-from ember.schedule import SplitStep, Step
+from ember.schedule import SplitStep, State, Step
+from ember.target import Target
+from ember.te import ComputeDAG
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -93,12 +95,36 @@ def test_records_in_memory_and_of_other_targets(
     network: tuple[Graph, Params, list[SearchTask]],
 ) -> None:
     graph, params, tasks = network
-    other = SearchTask.create(tasks[0].compute_dag, "llvm -mcpu=cortex-a72")
+    other = SearchTask.create(tasks[0].compute_dag, "llvm -mtriple=aarch64-linux-gnu")
     library = ember.build(graph, "llvm", params=params, tuning_records=[record(other, ())])
     assert "tuned" not in schedules(library).values()
     library = ember.build(graph, "llvm", params=params, tuning_records=[record(tasks[1], ())])
     assert schedules(library)[tasks[1].workload_key] == "tuned"
     run_and_compare(graph, params, library)
+    # An iterator of records is read once, not emptied by the checks before use.
+    records = iter([record(tasks[1], ())])
+    library = ember.build(graph, "llvm", params=params, tuning_records=records)
+    assert schedules(library)[tasks[1].workload_key] == "tuned"
+
+
+def test_any_schedule_source_gives_build_its_states(
+    network: tuple[Graph, Params, list[SearchTask]],
+) -> None:
+    """`ember.build` takes tuned States through `lookup` alone (ScheduleSource), from
+    whatever keeps them; the records format is the auto-scheduler's business."""
+    graph, params, tasks = network
+    asked: list[str] = []
+
+    class Initial:
+        def lookup(self, workload_key: str, dag: ComputeDAG, target: Target) -> State | None:
+            asked.append(workload_key)
+            return State.initial(dag) if workload_key == tasks[0].workload_key else None
+
+    library = ember.build(graph, "llvm", params=params, tuning_records=Initial())
+    assert tasks[0].workload_key in asked and schedules(library)[tasks[0].workload_key] == "tuned"
+    run_and_compare(graph, params, library)
+    with pytest.raises(BuildError, match="ScheduleSource"):
+        ember.build(graph, "llvm", params=params, tuning_records=42)  # type: ignore[arg-type]
 
 
 def test_a_record_that_does_not_apply_falls_back_with_a_warning(
@@ -118,7 +144,7 @@ def test_bad_tuning_records_are_refused(
     graph, params, _ = network
     with pytest.raises(RecordsError, match="does not exist"):
         ember.build(graph, "llvm", params=params, tuning_records=tmp_path / "missing.json")
-    with pytest.raises(BuildError, match="records file or MeasureRecords"):
+    with pytest.raises(BuildError, match="a records file, MeasureRecords or a ScheduleSource"):
         ember.build(graph, "llvm", params=params, tuning_records=["not a record"])
 
 

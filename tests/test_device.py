@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from ember import device as device_module
+from ember import target as target_module
 from ember.autoschedule.hardware import HardwareParams
 from ember.autoschedule.task import SearchTask
 from ember.device import CPU_TABLE, device_model, dtype_bits, dtype_bytes
+from ember.errors import TargetError
 from ember.graph import GraphBuilder
 from ember.graph.ops.attrs import ConvAttrs
 from ember.graph.passes import fuse
@@ -121,6 +123,32 @@ def test_a_cross_target_sees_its_board_whatever_the_host(
     assert device_model(A72) == baseline
     hardware = HardwareParams.for_target(A72)
     assert (hardware.num_cores, hardware.vector_registers, hardware.vector_bytes) == (4, 32, 16)
+
+
+def test_a_named_board_is_not_the_build_machine_of_its_kind(
+    monkeypatch: pytest.MonkeyPatch, fresh_models: None
+) -> None:
+    """Built on an AArch64 server, `-mtriple=aarch64-linux-gnu -mcpu=cortex-a72` still
+    describes a Raspberry Pi 4; only a target without a triple is this machine."""
+    monkeypatch.setattr(target_module, "host_triple", lambda: "aarch64-linux-gnu")
+    monkeypatch.setattr(device_module, "host_cores", lambda: 64)
+    monkeypatch.setattr(device_module, "host_caches", lambda: {"l2": 1})
+    assert A72.is_host
+    board = device_model(A72)
+    assert (board.num_cores, board.l2_cache_bytes) == (4, 1 << 20)
+    server = device_model(Target("llvm -mcpu=neoverse-n1"))  # this machine, tuned for N1
+    assert (server.num_cores, server.l2_cache_bytes) == (64, 1)
+    assert server.has("dotprod") and server.arch == "aarch64"
+
+
+def test_cpus_of_another_architecture_or_unknown_ones_are_reported() -> None:
+    with pytest.raises(TargetError, match=r"-mcpu=haswell is an x86_64 CPU.*aarch64"):
+        device_model(Target("llvm -mtriple=aarch64-linux-gnu -mcpu=haswell"))
+    with pytest.raises(TargetError, match="-mcpu=cortex-a72 is an aarch64 CPU"):
+        device_model(Target("llvm -mtriple=x86_64-linux-gnu -mcpu=cortex-a72"))
+    with pytest.warns(UserWarning, match=r"-mcpu=cortex-a99 is not in Ember's table.*a72"):
+        unknown = device_model(Target("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a99"))
+    assert unknown.features == frozenset({"neon"}) and unknown.num_cores == 4
 
 
 def test_target_options_override_the_table() -> None:

@@ -179,7 +179,7 @@ def driver_source(func: PrimFunc) -> str:
     writes every buffer to argv[2]."""
     from ember.codegen.c import entry_symbols
 
-    _, packed = entry_symbols(func)
+    _, packed = entry_symbols(func.name)
     sizes = ", ".join(str(b.size * np.dtype(b.dtype).itemsize) for b in func.args)
     count = len(func.args)
     return f"""\

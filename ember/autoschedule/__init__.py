@@ -24,35 +24,75 @@ no cycle); each module imports only from those before it:
 type from further on takes a protocol defined before it instead.
 """
 
-from ember.autoschedule.builder import LocalBuilder
-from ember.autoschedule.cost_model import CostModel, RandomModel
-from ember.autoschedule.hardware import HardwareParams
-from ember.autoschedule.measure import BuildResult, MeasureInput, MeasureResult, Timing
-from ember.autoschedule.records import (
-    ApplyHistoryBest,
-    ErrorKind,
-    MeasureRecord,
-    RecordResult,
-    RecordsError,
-    RecordTask,
-    RecordToFile,
-    distill,
-    load_best,
-    load_records,
-)
-from ember.autoschedule.runner import LocalRunner
-from ember.autoschedule.search import EvolutionarySearch, SearchParams
-from ember.autoschedule.sketch import Sketch, generate_sketches
-from ember.autoschedule.task import SearchTask, extract_tasks
-from ember.autoschedule.task_scheduler import SchedulerResult, TaskScheduler
-from ember.autoschedule.tuning import (
-    TaskTuner,
-    TuneResult,
-    TuningError,
-    TuningOptions,
-    apply_best,
-    tune_task,
-)
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what __getattr__ imports, spelled out for type checkers
+    from ember.autoschedule.builder import LocalBuilder
+    from ember.autoschedule.cost_model import CostModel, RandomModel
+    from ember.autoschedule.hardware import HardwareParams
+    from ember.autoschedule.measure import BuildResult, MeasureInput, MeasureResult, Timing
+    from ember.autoschedule.records import (
+        ApplyHistoryBest,
+        ErrorKind,
+        MeasureRecord,
+        RecordResult,
+        RecordsError,
+        RecordTask,
+        RecordToFile,
+        distill,
+        load_best,
+        load_records,
+    )
+    from ember.autoschedule.runner import LocalRunner
+    from ember.autoschedule.search import EvolutionarySearch, SearchParams
+    from ember.autoschedule.sketch import Sketch, generate_sketches
+    from ember.autoschedule.task import SearchTask, extract_tasks
+    from ember.autoschedule.task_scheduler import SchedulerResult, TaskScheduler
+    from ember.autoschedule.tuning import (
+        TaskTuner,
+        TuneResult,
+        TuningError,
+        TuningOptions,
+        apply_best,
+        tune_task,
+    )
+
+_NAMES = {
+    "ApplyHistoryBest": "ember.autoschedule.records",
+    "BuildResult": "ember.autoschedule.measure",
+    "CostModel": "ember.autoschedule.cost_model",
+    "ErrorKind": "ember.autoschedule.records",
+    "EvolutionarySearch": "ember.autoschedule.search",
+    "HardwareParams": "ember.autoschedule.hardware",
+    "LocalBuilder": "ember.autoschedule.builder",
+    "LocalRunner": "ember.autoschedule.runner",
+    "MeasureInput": "ember.autoschedule.measure",
+    "MeasureRecord": "ember.autoschedule.records",
+    "MeasureResult": "ember.autoschedule.measure",
+    "RandomModel": "ember.autoschedule.cost_model",
+    "RecordResult": "ember.autoschedule.records",
+    "RecordTask": "ember.autoschedule.records",
+    "RecordToFile": "ember.autoschedule.records",
+    "RecordsError": "ember.autoschedule.records",
+    "SchedulerResult": "ember.autoschedule.task_scheduler",
+    "SearchParams": "ember.autoschedule.search",
+    "SearchTask": "ember.autoschedule.task",
+    "Sketch": "ember.autoschedule.sketch",
+    "TaskScheduler": "ember.autoschedule.task_scheduler",
+    "TaskTuner": "ember.autoschedule.tuning",
+    "Timing": "ember.autoschedule.measure",
+    "TuneResult": "ember.autoschedule.tuning",
+    "TuningError": "ember.autoschedule.tuning",
+    "TuningOptions": "ember.autoschedule.tuning",
+    "apply_best": "ember.autoschedule.tuning",
+    "distill": "ember.autoschedule.records",
+    "extract_tasks": "ember.autoschedule.task",
+    "generate_sketches": "ember.autoschedule.sketch",
+    "load_best": "ember.autoschedule.records",
+    "load_records": "ember.autoschedule.records",
+    "tune_task": "ember.autoschedule.tuning",
+}
 
 __all__ = [
     "ApplyHistoryBest",
@@ -89,3 +129,13 @@ __all__ = [
     "load_records",
     "tune_task",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """The public names import on first use: a helper process that needs only
+    `ember.autoschedule.worker` (or a build or feature worker) loads just that."""
+    if name in _NAMES:
+        value = getattr(importlib.import_module(_NAMES[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,7 +39,7 @@ from ember.autoschedule.records import ErrorKind
 from ember.autoschedule.worker import START_TIMEOUT, Worker, WorkerCrashed, WorkerTimedOut
 from ember.backend import compile_kernel
 from ember.device import host_cpu_count
-from ember.errors import CompileError, EmberError, ToolchainError
+from ember.errors import CompileError, EmberError, TargetError, ToolchainError
 
 WORKER_MODULE = "ember.autoschedule.build_worker"
 # The kernel's C name; the packed entry is `candidate_packed`.
@@ -70,7 +70,9 @@ def build_candidate(request: BuildRequest) -> BuildResult:
         status = f"{error.argv[0]} exited with status {error.returncode}"
         message = f"{status}:\n{_first_errors(error.stderr)}"
         return BuildResult(None, "", (), ErrorKind.COMPILE, message)
-    except ToolchainError as error:  # no compiler, a target no backend builds
+    except (ToolchainError, TargetError, OSError) as error:
+        # No compiler, a backend these helpers do not know, a full disk: not the
+        # candidate's fault, but it did not compile.
         return BuildResult(None, "", (), ErrorKind.COMPILE, str(error))
     except Exception as error:  # any other failure is the candidate's lowering
         message = f"{type(error).__name__}: {error}"

@@ -7,8 +7,10 @@ recorded with every measurement.
 The values are the device model's (`ember.device.device_model`: this machine where the
 target runs here, the `-mcpu` table otherwise, the target's `-num-cores`/`-mattr` over
 both), so the search sees the machine the default schedules see. They are recorded
-with every measurement, so they must describe the device that ran it: pass overrides
-for a board the model does not know.
+with every measurement, so they must describe the device that ran it. Describe a
+board the model does not know in the target (`-num-cores=N`, `-mattr=...`), which the
+default schedules and weight packing read too; `for_target(..., **overrides)` changes
+what the search alone sees (for experiments with the cost model).
 """
 
 from __future__ import annotations

@@ -319,20 +319,11 @@ class ApplyHistoryBest:
         return self._best.get((workload_key, str(target)))
 
     def lookup(self, workload_key: str, dag: ComputeDAG, target: Target) -> State | None:
-        """The best record's State for `dag`; None (and a warning, when a record exists
-        but its steps do not apply to `dag`) for the default schedule."""
+        """The best record's State for `dag`, None without a record; a ScheduleError
+        when the record's steps do not apply to `dag` (the caller, which knows the
+        kernel, warns and uses the default schedule)."""
         best = self.best(workload_key, target)
-        if best is None:
-            return None
-        try:
-            return replay(dag, best.steps)
-        except ScheduleError as error:
-            warnings.warn(
-                f"the tuning record for workload {workload_key} does not apply to its DAG "
-                f"({error}); it gets its default schedule",
-                stacklevel=3,
-            )
-            return None
+        return None if best is None else replay(dag, best.steps)
 
 
 def distill(records: Iterable[MeasureRecord]) -> list[MeasureRecord]:

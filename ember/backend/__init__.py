@@ -22,14 +22,13 @@ A new backend subclasses `ember.backend.base.Backend` and calls `register_backen
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from ember.backend.base import Backend, CompiledKernel, GeneratedKernel, LoopPass, Output
 from ember.backend.c import CBackend, PortableCBackend
 from ember.backend.kernel import Kernel
-from ember.config import debug_enabled
+from ember.config import debug_dump
 from ember.errors import TargetError, ToolchainError
 from ember.loop.ir import PrimFunc
 from ember.schedule.lower import lower
@@ -42,8 +41,12 @@ _BACKENDS: dict[str, Backend] = {}
 
 
 def register_backend(backend: Backend) -> None:
-    """Make `backend` selectable as `-backend=<backend.name>`; a name registered
-    again is replaced (so a test can plug a backend in and take it out)."""
+    """Make `backend` selectable as `-backend=<backend.name>` in this process; a name
+    registered again is replaced (so a test can plug a backend in and take it out).
+    The tuning builder's helper processes import `ember.backend` afresh: a backend
+    they must build with is registered here, at the end of this module, like the two
+    C backends (one registered at run time only serves `ember.build`, `ember.kernel`
+    and `compile_kernel` in the process that registered it)."""
     if not backend.name:
         raise ValueError(f"{type(backend).__name__} has no name")
     _BACKENDS[backend.name] = backend
@@ -79,16 +82,17 @@ def backend_for(target: Target | str) -> Backend:
 def generate_kernel(func: PrimFunc, target: Target | str) -> GeneratedKernel:
     """Run the target's backend passes over lowered loop IR and render it."""
     target = target if isinstance(target, Target) else Target(target)
-    backend = backend_for(target)
+    return _generate(backend_for(target), func, target)
+
+
+def _generate(backend: Backend, func: PrimFunc, target: Target) -> GeneratedKernel:
     prepared = func
     for loop_pass in backend.passes(target):
         prepared = loop_pass.run(prepared)
-        if debug_enabled():
-            print(f"[ember] loop IR after {loop_pass.name}:\n{prepared}", file=sys.stderr)
+        debug_dump(f"loop IR of {func.name} after {loop_pass.name}", prepared)
     source = backend.render(prepared)
-    if debug_enabled():
-        print(f"[ember] {backend.name} source:\n{source}", file=sys.stderr)
-    symbol, packed = backend.symbols(func)
+    debug_dump(f"{backend.name} source of {func.name}", source)
+    symbol, packed = backend.symbols(func.name)
     outputs = backend.output_args(func)
     return GeneratedKernel(func.name, backend.name, func, prepared, source, symbol, packed, outputs)
 
@@ -103,8 +107,8 @@ def compile_func(
 ) -> CompiledKernel:
     """Generate and compile lowered loop IR (see `compile_kernel`)."""
     target = target if isinstance(target, Target) else Target(target)
-    kernel = generate_kernel(func, target)
     backend = backend_for(target)
+    kernel = _generate(backend, func, target)
     compiled = backend.compile(kernel.source, target, output, path=path, flags=flags)
     return CompiledKernel(kernel, target, compiled, output)
 

@@ -69,14 +69,18 @@ class CompiledKernel:
     output: Output
 
     def load(self) -> Kernel:
-        """The shared library as a callable; the target must be this machine."""
+        """The shared library as a callable; the target must be this machine and the
+        kernel compiled with `output=Output.SHARED`."""
         if not self.target.is_host:
             raise ToolchainError(
                 f"target {self.target} does not run on this machine ({host_triple()}): "
                 "run the library on the device (or under qemu)"
             )
         if self.output is not Output.SHARED:
-            raise ToolchainError(f"{self.path} is an object file: compile a shared library")
+            raise ToolchainError(
+                f"{self.path} is an object file, which cannot be loaded: compile the kernel "
+                "with output=Output.SHARED (the default) to call it"
+            )
         kernel = self.kernel
         return Kernel(
             kernel.lowered,
@@ -119,8 +123,10 @@ class Backend(ABC):
         """The source text of `func` after `passes`."""
 
     @abstractmethod
-    def symbols(self, func: PrimFunc) -> tuple[str, str]:
-        """The exported names of `func`'s kernel and of its packed entry point."""
+    def symbols(self, name: str) -> tuple[str, str]:
+        """The exported names of kernel `name`'s function and of its packed entry point
+        (`int32_t packed(void* const* args, int32_t num_args)`, what `ember.build`'s
+        entry point and the runners call)."""
 
     @abstractmethod
     def output_args(self, func: PrimFunc) -> tuple[Buffer, ...]:
@@ -138,3 +144,8 @@ class Backend(ABC):
     ) -> Path:
         """Compile `source` for `target` into a cached file of kind `output`, or, given
         `path`, into that file uncached (a shared library only)."""
+
+    @abstractmethod
+    def link(self, objects: Sequence[Path], target: Target) -> Path:
+        """Link object files (kernels, and the runtime and entry point `ember.build`
+        compiles with `compile(..., Output.OBJECT)`) into one shared library."""

@@ -35,11 +35,7 @@ from ember.loop.simplify import simplify
 from ember.loop.unroll import unroll_loops
 from ember.loop.vectorize import vectorize
 from ember.target import Target
-from ember.toolchain import compile_object, compile_shared
-
-
-def _simplify(func: PrimFunc) -> PrimFunc:
-    return simplify(func)
+from ember.toolchain import compile_object, compile_shared, link_shared
 
 
 class CBackend(Backend):
@@ -58,7 +54,7 @@ class CBackend(Backend):
     def passes(self, target: Target) -> Sequence[LoopPass]:
         return (
             LoopPass("unroll", unroll_loops),
-            LoopPass("simplify", _simplify),
+            LoopPass("simplify", simplify),
             LoopPass("vectorize", vectorize),
             LoopPass("promote_registers", promote_registers),
         )
@@ -66,8 +62,8 @@ class CBackend(Backend):
     def render(self, func: PrimFunc) -> str:
         return render_c(func)
 
-    def symbols(self, func: PrimFunc) -> tuple[str, str]:
-        return entry_symbols(func)
+    def symbols(self, name: str) -> tuple[str, str]:
+        return entry_symbols(name)
 
     def output_args(self, func: PrimFunc) -> tuple[Buffer, ...]:
         return output_args(func)
@@ -89,6 +85,9 @@ class CBackend(Backend):
             raise ValueError("extra flags are for object files (ember.build's linking)")
         return compile_shared([source], target, output=path)
 
+    def link(self, objects: Sequence[Path], target: Target) -> Path:
+        return link_shared(objects, target)
+
 
 class PortableCBackend(CBackend):
     """Plain C11 (scalar loops, OpenMP pragmas a compiler may ignore)."""
@@ -99,7 +98,7 @@ class PortableCBackend(CBackend):
     def passes(self, target: Target) -> Sequence[LoopPass]:
         return (
             LoopPass("unroll", unroll_loops),
-            LoopPass("simplify", _simplify),
+            LoopPass("simplify", simplify),
             LoopPass("scalarize", scalarize),
         )
 

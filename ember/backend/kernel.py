@@ -39,7 +39,7 @@ class Kernel:
         self.source = source
         self.outputs = output_args(func) if outputs is None else outputs
         self._library = ctypes.CDLL(str(self.path))
-        packed = packed_symbol or entry_symbols(func)[1]
+        packed = packed_symbol or entry_symbols(func.name)[1]
         try:
             self._entry = getattr(self._library, packed)
         except AttributeError:

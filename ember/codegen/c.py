@@ -116,10 +116,10 @@ def render_c(func: PrimFunc) -> str:
     return CRenderer(func).render()
 
 
-def entry_symbols(func: PrimFunc) -> tuple[str, str]:
-    """The exported names of `func`'s kernel and of its packed wrapper."""
+def entry_symbols(name: str) -> tuple[str, str]:
+    """The exported names of kernel `name`'s function and of its packed wrapper."""
     names = Names()
-    kernel = names.reserve(func.name)
+    kernel = names.reserve(name)
     return kernel, names.reserve(f"{kernel}_packed")
 
 
@@ -158,7 +158,7 @@ class CRenderer(Renderer):
 
     def render(self) -> str:
         func = self.func
-        name, packed = entry_symbols(func)
+        name, packed = entry_symbols(func.name)
         self.names.reserve(name)
         self.names.reserve(packed)
         outputs = output_args(func)

@@ -61,8 +61,6 @@ _ISA_FEATURE_PREFIXES = (
     "sve",
     "sme",
 )
-# Target feature names that /proc/cpuinfo spells differently.
-_CPUINFO_NAMES = {"neon": "asimd"}
 
 _INT32_MAX = 2**31 - 1
 
@@ -146,7 +144,7 @@ def check_runs_here(info: ModuleInfo, source: str) -> None:
     present = host_cpu_features()
     if not present:  # unknown CPU (no /proc/cpuinfo): nothing to compare against
         return
-    missing = [f for f in info.cpu_features if _CPUINFO_NAMES.get(f, f) not in present]
+    missing = [f for f in info.cpu_features if f not in present]
     if missing:
         raise ArtifactError(
             f"{source} was built for target '{info.target}' on a CPU with "

@@ -21,6 +21,7 @@ from ember.te.dag import ComputeDAG
 class ScheduleSource(Protocol):
     """Tuned States by workload: `lookup` returns the State to compile `dag` (whose
     workload key is `workload_key`) with for `target`, or None for the default
-    schedule."""
+    schedule; it raises ScheduleError when what it has does not apply to `dag` (the
+    build warns, naming the kernel, and uses the default schedule)."""
 
     def lookup(self, workload_key: str, dag: ComputeDAG, target: Target) -> State | None: ...

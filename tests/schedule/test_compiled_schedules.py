@@ -21,6 +21,7 @@ from schedule_cases import (
 )
 
 from ember.backend import build_kernel
+from ember.loop.ir import PrimFunc
 from ember.schedule import State, lower
 from ember.te.evaluate import evaluate_dag
 
@@ -49,14 +50,25 @@ def test_random_legal_schedules_compile_to_the_same_result(
     )
     @given(random_schedule(dag))
     def property_holds(state: State) -> None:
-        note(str([step.to_json() for step in state.steps]))  # type: ignore[attr-defined]
-        kernel = build_kernel(lower(state), "llvm")
-        outputs = [np.full(t.shape, np.nan, t.dtype) for t in dag.outputs]
-        kernel(*inputs, *outputs)
-        for got, want in zip(outputs, expected, strict=True):
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=kernel.source)
+        compile_and_compare(state, inputs, expected)
 
     property_holds()
+
+
+def compile_and_compare(
+    state: State, inputs: list[np.ndarray], expected: list[np.ndarray]
+) -> tuple[PrimFunc, str]:
+    """Compile `state` for this machine, run it on `inputs` (outputs start as NaN, so
+    an element never written shows) and compare with `expected` at fp32 tolerance
+    (reductions here are at most 72 terms long); returns the loop IR and the C."""
+    note(str([step.to_json() for step in state.steps]))  # type: ignore[attr-defined]
+    func = lower(state)
+    kernel = build_kernel(func, "llvm")
+    outputs = [np.full(t.shape, np.nan, t.dtype) for t in state.dag.outputs]
+    kernel(*inputs, *outputs)
+    for got, want in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=kernel.source)
+    return func, kernel.source or ""
 
 
 # What each larger case is there for, shown by at least one of its examples (else the
@@ -96,17 +108,10 @@ def test_random_register_tiles_compile_to_the_same_result(workload: str, example
     )
     @given(random_tiled_schedule(dag))
     def property_holds(state: State) -> None:
-        note(str([step.to_json() for step in state.steps]))  # type: ignore[attr-defined]
-        func = lower(state)
-        kernel = build_kernel(func, "llvm")
-        outputs = [np.full(t.shape, np.nan, t.dtype) for t in dag.outputs]
-        kernel(*inputs, *outputs)
-        # The tolerance of the small cases: at most 72 terms a reduction here.
-        for got, want in zip(outputs, expected, strict=True):
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=kernel.source)
-        if "vector_size(64)" in kernel.source and has_register_tile(func):
+        func, source = compile_and_compare(state, inputs, expected)
+        if "vector_size(64)" in source and has_register_tile(func):
             exercised.add(TILE)
-        if "vector_size(64)" in kernel.source and has_guarded_vector_loop(func):
+        if "vector_size(64)" in source and has_guarded_vector_loop(func):
             exercised.add(TAIL)
 
     property_holds()
