@@ -118,7 +118,8 @@ def test_ctrl_c_stops_cleanly_with_the_log_intact(tmp_path: Path) -> None:
     log = tmp_path / "interrupted.json"
     argv = ["tune", *SMALL_MLP, "--trials", "10000", "--per-round", "4", *FAST, "-o", str(log)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "ember.cli", *argv],
+        # faulthandler: should it ever hang, SIGABRT prints where (see below).
+        [sys.executable, "-X", "faulthandler", "-m", "ember.cli", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -127,7 +128,22 @@ def test_ctrl_c_stops_cleanly_with_the_log_intact(tmp_path: Path) -> None:
     _wait_for_records(log, process, timeout=120)
     time.sleep(0.3)  # into the next round, so that one is in flight
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=120)
+    try:
+        out, err = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        if process.poll() is not None:  # it ended, but its output is still held open
+            process.kill()
+            pytest.fail(
+                f"ember tune exited ({process.returncode}) but a process it started "
+                "still holds its stdout or stderr 120 s after Ctrl-C"
+            )
+        process.send_signal(signal.SIGABRT)  # every thread's stack to stderr, then exit
+        try:
+            _, err = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            err = "(no stacks: stderr stayed open)"
+        pytest.fail(f"ember tune did not stop within 120 s of Ctrl-C; its stacks:\n{err}")
     assert process.returncode == 130, err
     assert "Tuning stopped by Ctrl-C" in out
     assert f"Interrupted: resume with --tuning-records {log}" in err
