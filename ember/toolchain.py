@@ -172,7 +172,11 @@ def compile_shared(
     candidates must not fill the cache; a failure keeps no copy of the source)."""
     if output is None:
         return _build(sources, find_compiler(target), ("-shared",), ".so")
-    return _build_into(sources, find_compiler(target), Path(output))
+    if not sources:
+        raise ValueError("compile needs at least one source")
+    output = Path(output)
+    _build_into(sources, find_compiler(target), ("-shared",), output, keep_failed=False)
+    return output
 
 
 def compile_executable(
@@ -231,53 +235,49 @@ def _build(
     for part in (compiler.version, *argv, *cpu, *sources):
         digest.update(part.encode())
         digest.update(b"\0")
-    directory = _kernels_dir()
-    final = directory / f"{digest.hexdigest()[:40]}{suffix}"
-    if final.exists():
-        return final
-    work = Path(tempfile.mkdtemp(prefix=f"{final.stem}-", dir=directory))
+    final = _kernels_dir() / f"{digest.hexdigest()[:40]}{suffix}"
+    if not final.exists():
+        _build_into(sources, compiler, link_flags, final, keep_failed=True)
+    return final
+
+
+def _build_into(
+    sources: Sequence[str],
+    compiler: Compiler,
+    link_flags: tuple[str, ...],
+    final: Path,
+    *,
+    keep_failed: bool,
+) -> None:
+    """Compile `sources` into `final`: in a private temporary directory beside it, then
+    renamed into place, so a concurrent reader sees no file or a whole one.
+    `keep_failed`: a failing source is copied to the cache's `failed/` for a report."""
+    work = Path(tempfile.mkdtemp(prefix=f"{final.stem}-", dir=final.parent))
     try:
         files = [work / f"source{i}.c" for i in range(len(sources))]
         for file, source in zip(files, sources, strict=True):
             file.write_text(source)
-        output = work / f"out{suffix}"
+        output = work / f"out{final.suffix}"
         libraries = () if "-c" in link_flags else ("-lm",)  # objects link nothing yet
         if len(files) == 1:  # one compiler process does compile and link
-            _run(compiler, [*map(str, files), *link_flags, "-o", str(output), *libraries], files)
+            inputs = list(map(str, files))
         else:
-            objects = _compile_objects(compiler, files)
-            _run(compiler, [*map(str, objects), *link_flags, "-o", str(output), *libraries], files)
-        os.replace(output, final)  # atomic: readers see no file or a whole one
+            inputs = list(map(str, _compile_objects(compiler, files, keep_failed)))
+        args = [*inputs, *link_flags, "-o", str(output), *libraries]
+        _run(compiler, args, files, keep_failed=keep_failed)
+        os.replace(output, final)  # atomic
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return final
 
 
-def _build_into(sources: Sequence[str], compiler: Compiler, output: Path) -> Path:
-    """Compile and link `sources` straight into the shared library `output`."""
-    if not sources:
-        raise ValueError("compile needs at least one source")
-    files = [output.with_name(f"{output.stem}.{i}.c") for i in range(len(sources))]
-    try:
-        for file, source in zip(files, sources, strict=True):
-            file.write_text(source)
-        args = [*map(str, files), "-shared", "-o", str(output), "-lm"]
-        _run(compiler, args, files, keep_failed=False)
-    except BaseException:
-        output.unlink(missing_ok=True)
-        raise
-    finally:
-        for file in files:
-            file.unlink(missing_ok=True)
-    return output
-
-
-def _compile_objects(compiler: Compiler, files: list[Path]) -> list[Path]:
+def _compile_objects(compiler: Compiler, files: list[Path], keep_failed: bool) -> list[Path]:
     objects = [file.with_suffix(".o") for file in files]
     workers = min(len(files), host_cpu_count())
     with ThreadPoolExecutor(max_workers=workers) as pool:
         jobs = [
-            pool.submit(_run, compiler, ["-c", str(file), "-o", str(obj)], [file])
+            pool.submit(
+                _run, compiler, ["-c", str(file), "-o", str(obj)], [file], keep_failed=keep_failed
+            )
             for file, obj in zip(files, objects, strict=True)
         ]
         for job in jobs:
