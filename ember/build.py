@@ -33,7 +33,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ember.backend import Output, backend_for, compile_kernel
+from ember.backend import Backend, Output, backend_for, compile_kernel
 from ember.config import debug_dump
 from ember.device import host_cpu_count
 from ember.errors import BuildError
@@ -151,12 +151,12 @@ def build(
             f"target {target} cannot be built yet: ember.build supports CPU targets "
             "('llvm' or 'c', with -mtriple/-mcpu/-mattr)"
         )
-    backend_for(target)  # an unknown -backend fails before any work
+    backend = backend_for(target)  # an unknown -backend fails before any work
     schedules = schedule_source(tuning_records)
     parts = partition(graph, params, target)
-    plan = plan_build(parts, target)
+    plan = plan_build(parts, target, backend)
     show = sys.stderr.isatty() if progress is None else progress
-    so_path, sources = _compile_and_link(plan, target, graph.name, show, schedules)
+    so_path, sources = _compile_and_link(plan, target, backend, graph.name, show, schedules)
     metadata = _metadata(graph, parts.fused, plan, target, sources)
     params_out = {value.name: parts.params[value.name] for value in parts.graph.params}
     return Library(so_path, metadata, params_out, sources)
@@ -210,10 +210,9 @@ class BuildPlan:
     groups: tuple[GroupRecord, ...]
 
 
-def plan_build(parts: Partition, target: Target) -> BuildPlan:
+def plan_build(parts: Partition, target: Target, backend: Backend) -> BuildPlan:
     """Place every tensor and list the steps of the entry point, one per group (each
     calls its kernel's packed entry, named by the target's backend)."""
-    backend = backend_for(target)
     fused = parts.fused
     graph = fused.graph
     locations = _boundary_locations(graph)
@@ -323,6 +322,7 @@ def _record(group: FusedGroup, kernel: str, workload_key: str | None) -> GroupRe
 def _compile_and_link(
     plan: BuildPlan,
     target: Target,
+    backend: Backend,
     name: str,
     show: bool,
     schedules: ScheduleSource | None,
@@ -331,7 +331,6 @@ def _compile_and_link(
     the generated sources, as compiled. Kernels are scheduled on this thread (a tuned
     State's lookup may warn, and warnings belong to the caller's thread), then
     generated and compiled in the pool."""
-    backend = backend_for(target)
     entry_point = render_entry_point(plan.program)
     debug_dump("AOT entry point", entry_point)
     scheduled = [(kernel, *_schedule(kernel, target, schedules)) for kernel in plan.kernels]
@@ -377,12 +376,6 @@ def _compile_kernel(
     kernel: KernelSpec, state: State, tuned: bool, target: Target
 ) -> tuple[KernelSource, Path]:
     compiled = compile_kernel(state, target, kernel.name, output=Output.OBJECT, flags=_OBJECT_FLAGS)
-    expected = backend_for(target).symbols(kernel.name)[1]
-    if compiled.packed_symbol != expected:
-        raise BuildError(
-            f"kernel {kernel.name} was rendered with entry {compiled.packed_symbol}, not "
-            f"{expected}; this is a bug in Ember, please report it"
-        )
     generated = compiled.kernel
     return KernelSource(kernel.name, generated.source, generated.lowered, tuned), compiled.path
 

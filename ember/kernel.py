@@ -24,7 +24,7 @@ from ember.errors import ToolchainError
 from ember.graph.ir import Value
 from ember.graph.passes.fuse import FusedGroup
 from ember.loop.ir import PrimFunc
-from ember.names import c_identifier
+from ember.partition import kernel_name
 from ember.schedule.default import default_schedule
 from ember.schedule.state import State
 from ember.target import Target
@@ -59,12 +59,6 @@ class CompiledGroup:
         return {value.name: array for value, array in zip(self.outputs, results, strict=True)}
 
 
-def kernel_name(group: FusedGroup) -> str:
-    """A C identifier for the group's kernel (not `ember_...`: the C renderer keeps that
-    prefix for its helpers)."""
-    return c_identifier(f"group_{group.name}")
-
-
 def build_group(group: FusedGroup, target: Target) -> CompiledGroup:
     """Compile one fused group with its default schedule for `target` (this host)."""
     return build_groups([group], target)[0]
@@ -82,7 +76,8 @@ def build_groups(groups: Sequence[FusedGroup], target: Target) -> list[CompiledG
     def build(group: FusedGroup) -> tuple[ComputeDAG, tuple[Value, ...], State, CompiledKernel]:
         dag, inputs = group_to_dag(group)
         state = default_schedule(dag, target)
-        return dag, inputs, state, compile_kernel(state, target, kernel_name(group))
+        name = kernel_name(group, dag.workload_key)  # as ember.build names it
+        return dag, inputs, state, compile_kernel(state, target, name)
 
     with ThreadPoolExecutor(max_workers=max(1, min(len(groups), 8))) as pool:
         built = list(pool.map(build, groups))

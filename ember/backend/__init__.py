@@ -92,9 +92,9 @@ def _generate(backend: Backend, func: PrimFunc, target: Target) -> GeneratedKern
         debug_dump(f"loop IR of {func.name} after {loop_pass.name}", prepared)
     source = backend.render(prepared)
     debug_dump(f"{backend.name} source of {func.name}", source)
-    symbol, packed = backend.symbols(func.name)
+    packed = backend.symbols(func.name)[1]
     outputs = backend.output_args(func)
-    return GeneratedKernel(func.name, backend.name, func, prepared, source, symbol, packed, outputs)
+    return GeneratedKernel(func.name, backend.name, func, prepared, source, packed, outputs)
 
 
 def compile_func(

@@ -43,14 +43,13 @@ class Output(enum.Enum):
 class GeneratedKernel:
     """A kernel's generated code: the loop IR as lowered (its arguments are the
     kernel's: the DAG's inputs, then its outputs), the IR after the backend's passes
-    (what was rendered), the source, and its exported symbols."""
+    (what was rendered), the source, and the packed entry point it exports."""
 
     name: str
     backend: str
     lowered: PrimFunc
     func: PrimFunc
     source: str
-    symbol: str  # the kernel function
     packed_symbol: str  # `int32_t packed(void* const* args, int32_t num_args)`
     outputs: tuple[Buffer, ...]  # the arguments it writes
 
