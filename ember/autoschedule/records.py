@@ -293,16 +293,7 @@ def load_best(
 ) -> MeasureRecord | None:
     """The valid record with the lowest mean cost for this workload and target (a
     Target or its string), or None when there is none. Errors never count."""
-    best: MeasureRecord | None = None
-    for record in _records(source):
-        if (
-            record.is_valid
-            and record.task.workload_key == workload_key
-            and record.task.target == str(target)
-            and (best is None or record.mean_cost < best.mean_cost)
-        ):
-            best = record
-    return best
+    return ApplyHistoryBest(source).best(workload_key, target)
 
 
 class ApplyHistoryBest:
@@ -310,9 +301,8 @@ class ApplyHistoryBest:
     best valid record's steps for a workload and target (`ScheduleSource`)."""
 
     def __init__(self, source: str | os.PathLike[str] | Iterable[MeasureRecord]) -> None:
-        records = _records(source)
-        self.records = records
-        self._best = {(r.task.workload_key, r.task.target): r for r in distill(records)}
+        best = distill(_records(source))
+        self._best = {(r.task.workload_key, r.task.target): r for r in best}
 
     def best(self, workload_key: str, target: object) -> MeasureRecord | None:
         """The best valid record for the workload and target (or its string)."""

@@ -123,14 +123,9 @@ def entry_symbols(name: str) -> tuple[str, str]:
     return kernel, names.reserve(f"{kernel}_packed")
 
 
-def bits_of(dtype: str) -> int:
-    """Bits of one lane of `dtype` as stored (a bool is a byte)."""
-    return dtype_bits(dtype)
-
-
 def lane_bits(dtype: str) -> int:
     """The width of one lane of a vector of `dtype`: bool vectors are int32 masks."""
-    return 32 if split_dtype(dtype)[0] == "bool" else bits_of(dtype)
+    return 32 if split_dtype(dtype)[0] == "bool" else dtype_bits(dtype)
 
 
 # Ordered operators on masks, as the operator on swapped operands that orders the
@@ -218,7 +213,7 @@ class CRenderer(Renderer):
             base = "int32"
         name = f"{base}x{lanes}"
         if name not in self.typedefs:
-            size = bits_of(base) // 8 * lanes
+            size = dtype_bits(base) // 8 * lanes
             self.typedefs[name] = (
                 f"typedef {self.scalar_type(base)} {name} __attribute__((vector_size({size})));"
             )
@@ -235,7 +230,7 @@ class CRenderer(Renderer):
         buffer = allocate.buffer
         name, c_type = self.names.of(buffer), self.scalar_type(buffer.dtype)
         size = max(buffer.size, 1)
-        nbytes = size * bits_of(buffer.dtype) // 8
+        nbytes = size * dtype_bits(buffer.dtype) // 8
         in_loop = self.loop_depth > 0  # allocated per iteration: never the heap
         on_stack = nbytes <= STACK_LIMIT_BYTES and (buffer.scope == "local" or in_loop)
         if not self.declare(name):
@@ -431,7 +426,7 @@ class CRenderer(Renderer):
             return f"{name}({self.expr(a)}, {self.expr(b)})", PRIMARY
         symbol, precedence = INFIX[op]
         text = f"{self.wrapped(a, precedence)} {symbol} {self.wrapped(b, precedence + 1)}"
-        if op.is_comparison and bits_of(operand) != 32 and split_dtype(operand)[0] != "bool":
+        if op.is_comparison and dtype_bits(operand) != 32 and split_dtype(operand)[0] != "bool":
             mask = self.vector_type(f"int32x{lanes}")
             return f"__builtin_convertvector({text}, {mask})", PRIMARY
         return text, precedence

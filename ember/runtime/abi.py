@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ember.device import dtype_bytes
 from ember.errors import ArtifactError
 
 # Bytes every buffer a kernel sees starts on: a cache line, and the widest vector load
@@ -28,7 +29,7 @@ from ember.errors import ArtifactError
 ALIGNMENT = 64
 
 # The dtypes of tensors at a library's boundary (NumPy's names) -> the safetensors
-# dtype, as ember_create_from_file checks it, and the bytes per element.
+# dtype, as ember_create_from_file checks it.
 SAFETENSORS_DTYPES = {
     "float16": "F16",
     "float32": "F32",
@@ -42,20 +43,6 @@ SAFETENSORS_DTYPES = {
     "uint32": "U32",
     "uint64": "U64",
     "bool": "BOOL",
-}
-ITEM_BYTES = {
-    "float16": 2,
-    "float32": 4,
-    "float64": 8,
-    "int8": 1,
-    "int16": 2,
-    "int32": 4,
-    "int64": 8,
-    "uint8": 1,
-    "uint16": 2,
-    "uint32": 4,
-    "uint64": 8,
-    "bool": 1,
 }
 
 REBUILD_HINT = "the artifact is damaged or was not made by Ember; rebuild it with `ember compile`"
@@ -93,15 +80,15 @@ class TensorSpec:
     dtype: str
 
     def __post_init__(self) -> None:
-        if self.dtype not in ITEM_BYTES:
+        if self.dtype not in SAFETENSORS_DTYPES:
             raise ValueError(
                 f"tensor '{self.name}' has dtype {self.dtype!r}; a library's inputs, outputs "
-                f"and params are one of {', '.join(ITEM_BYTES)}"
+                f"and params are one of {', '.join(SAFETENSORS_DTYPES)}"
             )
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * ITEM_BYTES[self.dtype]
+        return math.prod(self.shape) * dtype_bytes(self.dtype)
 
     def __str__(self) -> str:
         return f"{self.name} {self.shape} {self.dtype}"

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ember.device import dtype_bytes
 from ember.errors import ArtifactError
 from ember.graph.ir import DTYPES
 from ember.runtime.abi import (
     ALIGNMENT,
-    ITEM_BYTES,
     SAFETENSORS_DTYPES,
     CLibrary,
     TensorSpec,
@@ -30,8 +30,8 @@ def test_the_c_runtime_aligns_as_the_python_side() -> None:
 
 
 def test_every_graph_dtype_crosses_the_boundary_with_numpy_sizes() -> None:
-    assert set(ITEM_BYTES) == set(SAFETENSORS_DTYPES) == set(DTYPES)
-    assert all(ITEM_BYTES[dtype] == np.dtype(dtype).itemsize for dtype in DTYPES)
+    assert set(SAFETENSORS_DTYPES) == set(DTYPES)
+    assert all(dtype_bytes(dtype) == np.dtype(dtype).itemsize for dtype in DTYPES)
 
 
 def test_a_tensor_spec_knows_its_size_and_refuses_other_dtypes() -> None:
