@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from loop.test_vectorize import loop, random_args  # tests/ is on sys.path (pyproject)
 
+from ember.backend import generate_kernel
 from ember.loop.interpret import run_func
 from ember.loop.ir import (
     Allocate,
@@ -57,8 +58,8 @@ def matmul_tile(rows: int = 3, vectors: int = 2, lanes: int = 8, kk: int = 5) ->
 
 
 def pipeline(func: PrimFunc) -> PrimFunc:
-    """What the C backend's passes run before rendering (ember.backend.c.CBackend)."""
-    return promote_registers(vectorize(simplify(unroll_loops(func))))
+    """What the C backend's passes make of `func` before rendering."""
+    return generate_kernel(func, "llvm").func
 
 
 def check_same(before: PrimFunc, after: PrimFunc) -> None:
