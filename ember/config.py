@@ -42,3 +42,9 @@ def artifact_cache_bytes() -> int:
             "a number >= 0 (e.g. 1024), or unset it for the default"
         )
     return int(megabytes * 2**20)
+
+
+def rpc_token_file() -> str | None:
+    """The shared secret of the device farm (`EMBER_RPC_TOKEN_FILE`), when no
+    --token-file is given; None: no token (tracker and servers on loopback only)."""
+    return os.environ.get("EMBER_RPC_TOKEN_FILE") or None

@@ -358,3 +358,30 @@ def _parse_size(text: str) -> int:
     scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:].upper(), 1)
     digits = text[:-1] if scale != 1 else text
     return int(digits) * scale
+
+
+def host_description() -> dict[str, object]:
+    """This machine as a device server reports it to the tracker and its clients:
+    triple, architecture, CPU name, cores, logical CPUs, caches and feature flags
+    (LLVM's names included), all plain JSON."""
+    from ember.target import host_triple
+
+    triple = host_triple()
+    name = ""
+    try:
+        for line in _CPUINFO.read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if key in ("model name", "Model", "Hardware", "CPU part") and value:
+                name = value
+                break
+    except OSError:
+        pass
+    return {
+        "triple": triple,
+        "arch": triple.split("-")[0],
+        "cpu": name,
+        "cores": host_cores(),
+        "cpus": host_cpu_count(),
+        "caches": host_caches(),
+        "features": sorted(host_cpu_features()),
+    }

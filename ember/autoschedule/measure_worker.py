@@ -13,16 +13,15 @@ notice: it kills and restarts this process.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import sys
 from collections import OrderedDict
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from ember.autoschedule.measure import ArgSpec
+from ember.autoschedule.measure_abi import LibraryPins, load_timer, measure_status_text, unload
 from ember.autoschedule.records import ErrorKind
 from ember.autoschedule.reference import poison_outputs, reference_arguments
 from ember.autoschedule.runner import CheckRequest, TimeRequest, WorkerReply
@@ -30,40 +29,22 @@ from ember.autoschedule.worker import serve
 
 # Argument lists kept for reuse: a tuning round measures one task at a time.
 _CACHED_ARGUMENT_LISTS = 4
-_STATUS_TEXT = {2: "bad timing settings", 3: "out of memory for the cache-flush buffer"}
 
 
 class Measurer:
     """What the helper does with each request."""
 
     def __init__(self, timer_path: str) -> None:
-        timer = ctypes.CDLL(timer_path)
-        self._measure = timer.ember_measure
-        self._measure.restype = ctypes.c_int32
-        self._measure.argtypes = (
-            ctypes.c_void_p,  # the packed entry
-            ctypes.POINTER(ctypes.c_void_p),
-            ctypes.c_int32,
-            ctypes.c_int32,
-            ctypes.c_int32,
-            ctypes.c_double,
-            ctypes.c_int32,  # flush_cache
-            ctypes.c_int32,  # cold_weights
-            ctypes.POINTER(ctypes.c_int64),  # arg_bytes
-            ctypes.POINTER(ctypes.c_int32),  # arg_is_weight
-            ctypes.c_double,
-            ctypes.POINTER(ctypes.c_double),
-            ctypes.POINTER(ctypes.c_int32),
-        )
+        self._measure = load_timer(timer_path)
         self._arguments: OrderedDict[tuple[ArgSpec, ...], list[np.ndarray]] = OrderedDict()
-        self._pinned: set[str] = set()
+        self._pins = LibraryPins()
 
     def __call__(self, request: TimeRequest | CheckRequest) -> WorkerReply:
         try:
             library = ctypes.CDLL(request.path)
         except OSError as error:
             return WorkerReply(ErrorKind.RUNTIME, f"cannot load the candidate: {error}")
-        self._pin_dependencies(request.path)
+        self._pins.pin_dependencies(request.path)
         try:
             try:
                 entry = library[request.symbol]
@@ -78,7 +59,7 @@ class Measurer:
         except Exception as error:  # e.g. no memory for the arguments: this candidate's
             return WorkerReply(ErrorKind.RUNTIME, f"{type(error).__name__}: {error}")
         finally:
-            _unload(library)
+            unload(library)
 
     def _time(self, address: int, request: TimeRequest) -> WorkerReply:
         arrays = self._cached_arguments(request.args)
@@ -103,12 +84,8 @@ class Measurer:
             seconds,
             ctypes.byref(kernel_status),
         )
-        if status == 1:
-            return WorkerReply(
-                ErrorKind.RUNTIME, f"the kernel returned error status {kernel_status.value}"
-            )
         if status != 0:
-            return WorkerReply(ErrorKind.RUNTIME, _STATUS_TEXT.get(status, f"status {status}"))
+            return WorkerReply(ErrorKind.RUNTIME, measure_status_text(status, kernel_status.value))
         return WorkerReply(costs=tuple(seconds))
 
     def _check(self, address: int, request: CheckRequest) -> WorkerReply:
@@ -125,18 +102,6 @@ class Measurer:
         outputs = tuple(a for a, spec in zip(arrays, request.args, strict=True) if spec.is_output)
         return WorkerReply(outputs=outputs)
 
-    def _pin_dependencies(self, candidate: str) -> None:
-        """Keep the libraries candidates link (the OpenMP runtime, libm) loaded for
-        good. Unloading the last candidate would otherwise unload the OpenMP runtime
-        under its idle pool threads, which then crash the process."""
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            paths = {line.split(maxsplit=5)[-1].strip() for line in maps if ".so" in line}
-        for path in paths - self._pinned:
-            if path.startswith("/") and path != candidate and ".so" in Path(path).name:
-                with contextlib.suppress(OSError):  # not loadable again: not ours to pin
-                    ctypes.CDLL(path)
-        self._pinned |= paths
-
     def _cached_arguments(self, args: tuple[ArgSpec, ...]) -> list[np.ndarray]:
         if args in self._arguments:
             self._arguments.move_to_end(args)
@@ -149,16 +114,6 @@ class Measurer:
 
 def _pointers(arrays: Sequence[np.ndarray]) -> ctypes.Array[ctypes.c_void_p]:
     return (ctypes.c_void_p * max(1, len(arrays)))(*(a.ctypes.data for a in arrays))
-
-
-def _unload(library: ctypes.CDLL) -> None:
-    """dlclose the candidate: its file is deleted after the round, and a process that
-    kept every candidate mapped would grow without bound."""
-    import _ctypes
-
-    dlclose = getattr(_ctypes, "dlclose", None)
-    if dlclose is not None:
-        dlclose(library._handle)
 
 
 def main() -> None:

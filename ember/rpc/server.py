@@ -1,0 +1,529 @@
+"""The device server: runs on each board, registers with a tracker under a key, and
+serves one session at a time.
+
+    server = DeviceServer("127.0.0.1", 9090, token, tracker=("127.0.0.1", 9190),
+                          key="rasp4b-64")
+    server.start()            # `ember server --tracker 127.0.0.1:9190 --key rasp4b-64`
+
+A session (from a client the tracker matched it with, holding the tracker's one-time
+ticket; from anyone holding the token when there is no tracker) uploads files into a
+fresh work directory, and asks to time a kernel candidate, check its outputs, or load
+an artifact and run, benchmark or profile it. That work runs in a helper process
+(`ember.rpc.device_worker`): a candidate that crashes or hangs costs a restart of the
+helper and is reported as the candidate's error, never the server's. When the session
+ends (closed, dropped, idle or over time) the helper is stopped, the work directory
+removed, and the tracker told the board is free.
+
+Limits (`SessionLimits`) bound what one session may store and how long it may run;
+upload names are plain file names (no `/`, no `..`, no leading dot) written only into
+the session's own directory, and only files the session uploaded can be loaded.
+
+Standard library only: a board needs Python 3 and this package (`ember rpc bundle`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ember.autoschedule.worker import Worker, WorkerCrashed, WorkerError, WorkerTimedOut
+from ember.device import host_description
+from ember.rpc.protocol import (
+    DEFAULT_LIMITS,
+    Channel,
+    Limits,
+    RPCError,
+    RPCTimeout,
+    connect,
+)
+from ember.rpc.service import Service
+from ember.rpc.tracker import HEARTBEAT_SECONDS
+
+log = logging.getLogger("ember.rpc")
+
+DEVICE_WORKER = "ember.rpc.device_worker"
+# A ticket the tracker announced but no client used within this time frees the board.
+TICKET_SECONDS = 30.0
+# A client may reach the board before the tracker's "expect" does.
+_TICKET_GRACE_SECONDS = 5.0
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
+_ARTIFACT_MEMBERS = ("mod.so", "mod.json", "mod.params")
+# ELF e_machine values of the architectures Ember builds for.
+_ELF_MACHINES = {3: "i386", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv64"}
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    """What one session may do on a board."""
+
+    max_upload_bytes: int = 256 * 2**20  # one file
+    max_files: int = 4096  # uploaded and extracted, at once
+    max_directory_bytes: int = 2 * 2**30  # everything in the work directory
+    session_seconds: float = 24 * 3600.0
+    idle_seconds: float = 600.0  # between two requests
+    max_call_seconds: float = 3600.0  # one run, benchmark or measurement
+
+
+class SessionError(RPCError):
+    """A request a session cannot carry out (a bad name, over a limit, ...)."""
+
+
+class DeviceServer(Service):
+    """The device server; see the module docstring."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 9090,
+        token: bytes | None = None,
+        tracker: tuple[str, int] | None = None,
+        key: str | None = None,
+        advertise_host: str | None = None,
+        work_dir: str | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        session_limits: SessionLimits = SessionLimits(),
+    ) -> None:
+        super().__init__(host, port, token, "device server", limits, max_connections=64)
+        if tracker is not None and not key:
+            raise RPCError("a server that registers with a tracker needs a --key")
+        self.tracker = tracker
+        self.key = key
+        self.advertise_host = advertise_host
+        self.work_dir = work_dir
+        self.session_limits = session_limits
+        self.device = host_description()
+        self.sessions_served = 0
+        self.registered = threading.Event()  # set while registered with the tracker
+        self._busy = threading.Lock()
+        self._tickets = threading.Condition()
+        self._expected: dict[str, float] = {}  # ticket -> when it expires
+        self._active_ticket: str | None = None
+        self._link: Channel | None = None
+        self._link_thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        super().start()
+        if self.tracker is not None:
+            self._link_thread = threading.Thread(
+                target=self._tracker_link, name="server-tracker-link", daemon=True
+            )
+            self._link_thread.start()
+
+    def stop(self) -> None:
+        super().stop()
+        link = self._link
+        if link is not None:
+            link.close()
+        if self._link_thread is not None:
+            self._link_thread.join(timeout=10)
+
+    # -- the tracker --------------------------------------------------------------------
+
+    def _tracker_link(self) -> None:
+        """Register, answer the tracker, and register again whenever the link drops."""
+        assert self.tracker is not None
+        backoff = 0.2
+        while not self.stopping:
+            try:
+                self._registered_session()
+                backoff = 0.2
+            except RPCError as error:
+                if not self.stopping:
+                    log.info("server: tracker link: %s; registering again in %.1f s", error,
+                             backoff)  # fmt: skip
+            finally:
+                self.registered.clear()
+                self._link = None
+            self._stopping.wait(backoff)
+            backoff = min(2 * backoff, 2.0)
+
+    def _registered_session(self) -> None:
+        assert self.tracker is not None and self.key is not None
+        host, port = self.tracker
+        hello = {"role": "server", "key": self.key, "port": self.port, "device": self.device,
+                 "host": self.advertise_host, "busy_ticket": self._active_ticket}  # fmt: skip
+        channel, _ = connect(host, port, self.token, hello, what="the tracker")
+        self._link = channel
+        try:
+            reply, _ = channel.receive(10.0, "the tracker's registration answer")
+            if "error" in reply:
+                raise RPCError(f"the tracker refused the registration: {reply['error']}")
+            self.registered.set()
+            log.info("server: registered with the tracker at %s:%d as key %s", host, port,
+                     self.key)  # fmt: skip
+            last_ping = time.monotonic()
+            while not self.stopping:
+                try:
+                    message, _ = channel.receive(1.0, "the tracker")
+                    if message.get("op") == "expect" and isinstance(message.get("ticket"), str):
+                        with self._tickets:
+                            self._expected[message["ticket"]] = time.monotonic() + TICKET_SECONDS
+                            self._tickets.notify_all()
+                except RPCTimeout:
+                    pass
+                self._expire_tickets(channel)
+                if time.monotonic() - last_ping >= HEARTBEAT_SECONDS:
+                    channel.send({"op": "ping"})
+                    last_ping = time.monotonic()
+        finally:
+            channel.close()
+
+    def _expire_tickets(self, channel: Channel) -> None:
+        now = time.monotonic()
+        with self._tickets:
+            expired = [t for t, expiry in self._expected.items() if expiry < now]
+            for ticket in expired:
+                del self._expected[ticket]
+        for ticket in expired:
+            log.info("server: a client matched by the tracker never came; free again")
+            channel.send({"op": "free", "ticket": ticket})
+
+    def _tell_tracker_free(self, ticket: str) -> None:
+        link = self._link
+        if link is not None:
+            # A link that is down: registering again reports the board free.
+            with contextlib.suppress(RPCError):
+                link.send({"op": "free", "ticket": ticket})
+
+    # -- sessions -----------------------------------------------------------------------
+
+    def handle(self, channel: Channel, hello: dict[str, Any]) -> None:
+        if hello.get("role") != "session":
+            channel.send({"error": f"a device server serves sessions, not {hello.get('role')!r}"})
+            return
+        ticket = hello.get("ticket")
+        if self.tracker is not None and not self._claim(ticket):
+            channel.send({"error": "this board is handed out by its tracker: request it with "
+                          "ember.rpc.connect_tracker(host, port).request(key)"})  # fmt: skip
+            return
+        if not self._busy.acquire(blocking=False):
+            channel.send({"error": "the board is busy with another session"})
+            if isinstance(ticket, str) and self.tracker is not None:
+                self._tell_tracker_free(ticket)
+            return
+        try:
+            self._active_ticket = ticket if isinstance(ticket, str) else None
+            channel.send({"ok": True, "device": self.device})
+            log.info("server: session from %s", channel.peer)
+            with Session(channel, self.work_dir, self.session_limits, self.device) as session:
+                session.serve()
+        finally:
+            self.sessions_served += 1
+            self._active_ticket = None
+            self._busy.release()
+            if isinstance(ticket, str) and self.tracker is not None:
+                self._tell_tracker_free(ticket)
+            log.info("server: session from %s ended", channel.peer)
+
+    def _claim(self, ticket: object) -> bool:
+        """Whether `ticket` is one the tracker announced (waiting a little for it)."""
+        if not isinstance(ticket, str):
+            return False
+        deadline = time.monotonic() + _TICKET_GRACE_SECONDS
+        with self._tickets:
+            while ticket not in self._expected:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._tickets.wait(left)
+            del self._expected[ticket]
+        return True
+
+
+class Session:
+    """One client's session: its work directory, its helper process, its requests."""
+
+    def __init__(
+        self, channel: Channel, work_dir: str | None, limits: SessionLimits,
+        device: dict[str, Any],
+    ) -> None:  # fmt: skip
+        self.channel = channel
+        self.limits = limits
+        self.device = device
+        self.directory = Path(tempfile.mkdtemp(prefix="ember-session-", dir=work_dir))
+        self.files: dict[str, int] = {}  # uploaded or extracted name -> bytes
+        self.modules: dict[str, Path] = {}  # module name -> extraction directory
+        self._worker: Worker | None = None
+        self._threads: int | None = None
+        self._started = time.monotonic()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop_worker()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def serve(self) -> None:
+        while True:
+            left = self.limits.session_seconds - (time.monotonic() - self._started)
+            if left <= 0:
+                self.channel.send({"error": "the session ran past its time limit and is closed"})
+                return
+            request, blobs = self.channel.receive(
+                min(left, self.limits.idle_seconds), "the session's next request"
+            )
+            op = request.get("op")
+            if op == "close":
+                self.channel.send({"ok": True})
+                return
+            handler = getattr(self, f"_op_{op}", None) if isinstance(op, str) else None
+            if handler is None:
+                self.channel.send({"error": f"unknown request {op!r}"})
+                continue
+            try:
+                reply, reply_blobs = handler(request, blobs)
+            except (SessionError, KeyError, TypeError, ValueError, OSError) as error:
+                reply, reply_blobs = {"error": _describe(error)}, []
+            self.channel.send(reply, reply_blobs)
+
+    # -- files --------------------------------------------------------------------------
+
+    def _op_device(self, request: dict[str, Any], blobs: list[bytes]) -> tuple[dict, list]:
+        return {"device": self.device}, []
+
+    def _op_upload(self, request: dict[str, Any], blobs: list[bytes]) -> tuple[dict, list]:
+        name = _checked_name(request.get("name"))
+        if len(blobs) != 1:
+            raise SessionError("an upload carries exactly one file")
+        self._store(name, blobs[0])
+        return {"ok": True, "name": name, "bytes": len(blobs[0])}, []
+
+    def _op_remove(self, request: dict[str, Any], blobs: list[bytes]) -> tuple[dict, list]:
+        name = self._uploaded(request.get("name"))
+        (self.directory / name).unlink()
+        del self.files[name]
+        return {"ok": True}, []
+
+    def _op_files(self, request: dict[str, Any], blobs: list[bytes]) -> tuple[dict, list]:
+        return {"files": dict(self.files)}, []
+
+    def _store(self, name: str, contents: bytes) -> None:
+        if len(contents) > self.limits.max_upload_bytes:
+            raise SessionError(f"{name} is {len(contents)} bytes, over the upload limit of "
+                               f"{self.limits.max_upload_bytes}")  # fmt: skip
+        used = sum(size for other, size in self.files.items() if other != name)
+        if used + len(contents) > self.limits.max_directory_bytes:
+            raise SessionError(
+                f"storing {name} would put {used + len(contents)} bytes in the work directory, "
+                f"over its limit of {self.limits.max_directory_bytes}; remove files first"
+            )
+        if name not in self.files and len(self.files) >= self.limits.max_files:
+            raise SessionError(f"the session already holds {len(self.files)} files, its limit")
+        path = self.directory / name
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+        with os.fdopen(os.open(path, flags, 0o600), "wb") as stream:
+            stream.write(contents)
+        self.files[name] = len(contents)
+
+    def _uploaded(self, name: object) -> str:
+        checked = _checked_name(name)
+        if checked not in self.files:
+            raise SessionError(f"{checked!r} was not uploaded in this session")
+        return checked
+
+    # -- kernels ------------------------------------------------------------------------
+
+    def _op_time(self, request: dict[str, Any], blobs: list[bytes]) -> tuple[dict, list]:
+        return self._kernel(request, "time")
+
+    def _op_check(self, request: dict[str, Any], blobs: list[bytes]) -> tuple[dict, list]:
+        return self._kernel(request, "check")
+
+    def _kernel(self, request: dict[str, Any], op: str) -> tuple[dict, list]:
+        library = self._loadable(request.get("library"))
+        work: dict[str, Any] = {
+            "op": op,
+            "library": str(library),
+            "timer": str(self._loadable(request.get("timer"))) if op == "time" else "",
+            "arguments": str(self.directory / self._uploaded(request.get("arguments"))),
+            "symbol": str(request["symbol"]),
+            "args": [[int(n), bool(o), bool(w), str(d)] for n, o, w, d in request["args"]],
+        }
+        if op == "time":
+            for name in ("number", "repeat"):
+                work[name] = _bounded_int(request[name], name)
+            for name in ("min_repeat_ms", "cooldown_ms"):
+                work[name] = float(request[name])
+            work["flush_cache"] = bool(request["flush_cache"])
+            work["cold_weights"] = bool(request["cold_weights"])
+        reply = self._call(work, request.get("threads"), request.get("timeout"))
+        outputs = reply.pop("outputs", [])
+        return reply, outputs
+
+    def _loadable(self, name: object) -> Path:
+        """An uploaded library, checked to be code for this board's architecture."""
+        path = self.directory / self._uploaded(name)
+        check_library_architecture(path, self.device["arch"])
+        return path
+
+    # -- artifacts ----------------------------------------------------------------------
+
+    def _op_load_module(self, request: dict[str, Any], blobs: list[bytes]) -> tuple[dict, list]:
+        name = self._uploaded(request.get("name"))
+        if name not in self.modules:
+            self.modules[name] = self._extract_artifact(name)
+        check_library_architecture(self.modules[name] / "mod.so", self.device["arch"])
+        work = {"op": "load", "directory": str(self.modules[name])}
+        reply = self._call(work, request.get("threads"), request.get("timeout"))
+        return {**reply, "module": name}, []
+
+    def _op_run(self, request: dict[str, Any], blobs: list[bytes]) -> tuple[dict, list]:
+        return self._module_call(request, blobs, {"op": "run"})
+
+    def _op_benchmark(self, request: dict[str, Any], blobs: list[bytes]) -> tuple[dict, list]:
+        work = {"op": "benchmark", "repeat": _bounded_int(request["repeat"], "repeat"),
+                "number": _bounded_int(request["number"], "number"),
+                "min_repeat_ms": float(request["min_repeat_ms"]),
+                "cache_flush": bool(request.get("cache_flush", False))}  # fmt: skip
+        return self._module_call(request, blobs, work)
+
+    def _op_profile(self, request: dict[str, Any], blobs: list[bytes]) -> tuple[dict, list]:
+        work = {"op": "profile", "repeat": _bounded_int(request["repeat"], "repeat")}
+        return self._module_call(request, blobs, work)
+
+    def _module_call(
+        self, request: dict[str, Any], blobs: list[bytes], work: dict[str, Any]
+    ) -> tuple[dict, list]:
+        name = _checked_name(request.get("module"))
+        if name not in self.modules:
+            raise SessionError(f"module {name!r} is not loaded: call load_module first")
+        work = {**work, "directory": str(self.modules[name]), "inputs": blobs}
+        reply = self._call(work, request.get("threads"), request.get("timeout"))
+        outputs = reply.pop("outputs", [])
+        return reply, outputs
+
+    def _extract_artifact(self, name: str) -> Path:
+        """The artifact's three members, regular files only, into their own folder;
+        their checksums verified against mod.json."""
+        target = self.directory / f"{name}.module"
+        target.mkdir()
+        sizes: dict[str, int] = {}
+        try:
+            with tarfile.open(self.directory / name, "r:*") as tar:
+                for member in tar:
+                    member_name = member.name.removeprefix("./")
+                    if member_name not in _ARTIFACT_MEMBERS or member_name in sizes:
+                        continue
+                    if not member.isfile():
+                        raise SessionError(f"{name}: {member_name} is not a regular file")
+                    if member.size > self.limits.max_upload_bytes:
+                        raise SessionError(f"{name}: {member_name} is over the size limit")
+                    stream = tar.extractfile(member)
+                    assert stream is not None
+                    with stream, open(target / member_name, "xb") as out:
+                        shutil.copyfileobj(stream, out, 1 << 20)
+                    sizes[member_name] = member.size
+        except (tarfile.TarError, EOFError) as error:
+            raise SessionError(f"{name} is not an Ember artifact (.tar): {error}") from None
+        missing = [m for m in _ARTIFACT_MEMBERS if m not in sizes]
+        if missing:
+            raise SessionError(f"{name} lacks {', '.join(missing)}: not an Ember artifact")
+        _verify_checksums(target, name)
+        used = sum(self.files.values()) + sum(sizes.values())
+        if used > self.limits.max_directory_bytes:
+            shutil.rmtree(target, ignore_errors=True)
+            raise SessionError("extracting the artifact would exceed the work directory limit")
+        self.files[f"{name}.module"] = sum(sizes.values())
+        return target
+
+    # -- the helper process -------------------------------------------------------------
+
+    def _call(self, work: dict[str, Any], threads: object, timeout: object) -> dict[str, Any]:
+        """Run `work` in the helper; a crash or a hang becomes a failure reply."""
+        limit = self.limits.max_call_seconds
+        seconds = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else limit
+        worker = self._worker_for(threads if isinstance(threads, int) and threads > 0 else None)
+        worker.send(work)
+        try:
+            reply = worker.receive(min(seconds, limit))
+        except WorkerTimedOut:
+            self._worker = None
+            return {"failure": "timeout", "message": f"did not finish within {seconds:g} s on "
+                    "the board (its process was killed and restarted)"}  # fmt: skip
+        except WorkerCrashed as crash:
+            self._worker = None
+            return {"failure": "runtime", "message": f"crashed its process on the board: "
+                    f"{crash.reason}"}  # fmt: skip
+        assert isinstance(reply, dict)
+        return reply
+
+    def _worker_for(self, threads: int | None) -> Worker:
+        if self._worker is not None and self._threads != threads:
+            self._stop_worker()
+        if self._worker is None:
+            env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
+            try:
+                worker = Worker(DEVICE_WORKER, env)
+                worker.wait_ready()
+            except WorkerError as error:
+                raise SessionError(f"cannot start the board's helper process: {error}") from None
+            self._worker, self._threads = worker, threads
+        return self._worker
+
+    def _stop_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+
+def check_library_architecture(path: Path, arch: str) -> None:
+    """Refuse a shared library built for another architecture than this board's."""
+    with open(path, "rb") as stream:
+        header = stream.read(20)
+    if len(header) < 20 or header[:4] != b"\x7fELF":
+        raise SessionError(f"{path.name} is not a shared library (ELF) for this board")
+    machine = int.from_bytes(header[18:20], "little" if header[5] == 1 else "big")
+    built_for = _ELF_MACHINES.get(machine, f"ELF machine {machine}")
+    if built_for != arch:
+        raise SessionError(
+            f"{path.name} is {built_for} code and this board is {arch}: build for the "
+            f"board's target (e.g. llvm -mtriple={arch}-linux-gnu)"
+        )
+
+
+def _verify_checksums(directory: Path, source: str) -> None:
+    try:
+        metadata = json.loads((directory / "mod.json").read_text(encoding="utf-8"))
+        checksums = metadata["checksums"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise SessionError(f"{source}: mod.json is unreadable or has no checksums") from None
+    for member in ("mod.so", "mod.params"):
+        digest = hashlib.sha256((directory / member).read_bytes()).hexdigest()
+        if checksums.get(member) != digest:
+            raise SessionError(f"{source}: {member} does not match its checksum")
+
+
+def _checked_name(name: object) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
+        raise SessionError(
+            f"{name!r} is not a file name a session may use: 1-128 letters, digits and "
+            "'_.+-', not starting with a dot, no '/' or '..'"
+        )
+    return name
+
+
+def _bounded_int(value: object, name: str) -> int:
+    if not isinstance(value, int) or not 1 <= value < 2**31:
+        raise SessionError(f"{name} must be an integer between 1 and 2**31-1, not {value!r}")
+    return value
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, SessionError):
+        return str(error)
+    if isinstance(error, KeyError):
+        return f"the request lacks {error}"
+    return f"bad request: {type(error).__name__}: {error}"
