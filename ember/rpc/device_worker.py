@@ -18,7 +18,6 @@ import ctypes
 import json
 import math
 import struct
-import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
