@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any, Self
 
 import numpy as np
 
@@ -108,10 +109,11 @@ def timer_library() -> Path:
     return compile_shared([timer_source()], "llvm")
 
 
-class LocalRunner:
-    """Times candidates in a helper process on this machine; see the module docstring.
-    Close it (or use it as a context manager) to stop the helper; it is also stopped
-    when the runner is garbage-collected or the interpreter exits."""
+class TimingRunner:
+    """What every runner shares: the timing settings, `run` (one candidate after the
+    other), `check` against the DAG's reference evaluation. Subclasses say where a
+    request runs (`_call`) and what keeps a candidate from running there
+    (`_cannot_run`)."""
 
     def __init__(
         self,
@@ -136,30 +138,25 @@ class LocalRunner:
         self.enable_cpu_cache_flush = enable_cpu_cache_flush
         self.cold_weights = cold_weights
         self.cooldown_interval = float(cooldown_interval)
-        self._slot = _WorkerSlot()
         self._references: dict[tuple[str, tuple[ArgSpec, ...]], list[np.ndarray]] = {}
-        self._finalizer = weakref.finalize(self, self._slot.stop)
 
-    @classmethod
-    def for_timing(
-        cls,
+    @staticmethod
+    def timing_settings(
         timing: Timing,
         number: int | None = None,
         repeat: int | None = None,
         min_repeat_ms: float | None = None,
-        timeout: float = 10.0,
-    ) -> LocalRunner:
-        """A runner that times as `timing` says, with the timing's default settings
+    ) -> dict[str, Any]:
+        """A runner's keyword settings for `timing`, with the timing's default settings
         (`Timing.default_settings`) for those not given."""
         default_number, default_repeat, default_min_repeat_ms = timing.default_settings
-        return cls(
-            default_number if number is None else number,
-            default_repeat if repeat is None else repeat,
-            default_min_repeat_ms if min_repeat_ms is None else min_repeat_ms,
-            timeout,
-            enable_cpu_cache_flush=timing is Timing.COLD,
-            cold_weights=timing is Timing.COLD_WEIGHTS,
-        )
+        return {
+            "number": default_number if number is None else number,
+            "repeat": default_repeat if repeat is None else repeat,
+            "min_repeat_ms": default_min_repeat_ms if min_repeat_ms is None else min_repeat_ms,
+            "enable_cpu_cache_flush": timing is Timing.COLD,
+            "cold_weights": timing is Timing.COLD_WEIGHTS,
+        }
 
     @property
     def timing(self) -> Timing:
@@ -168,25 +165,20 @@ class LocalRunner:
             return Timing.COLD
         return Timing.COLD_WEIGHTS if self.cold_weights else Timing.WARM
 
-    def __enter__(self) -> LocalRunner:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        """Stop the helper process (a later run starts a new one)."""
-        self._slot.stop()
+        """Release what the runner holds (helper processes, boards)."""
 
     def run(
         self, inputs: Sequence[MeasureInput], build_results: Sequence[BuildResult]
     ) -> list[MeasureResult]:
         """One result per candidate, in order; never raises for a bad candidate."""
-        if len(inputs) != len(build_results):
-            raise MeasureError(
-                f"run() got {len(inputs)} inputs but {len(build_results)} build results; "
-                "pass the builder's results for exactly these inputs"
-            )
+        _check_lengths(inputs, build_results)
         return [self._time(i, b) for i, b in zip(inputs, build_results, strict=True)]
 
     def check(self, measure_input: MeasureInput, build_result: BuildResult) -> MeasureResult:
@@ -195,7 +187,9 @@ class LocalRunner:
         costs=() and error NONE when they agree; WRONG_ANSWER, RUNTIME or TIMEOUT not."""
         start = time.monotonic()
         task = measure_input.task
-        problem = _cannot_run(task, build_result) or _argument_mismatch(task, build_result.args)
+        problem = self._cannot_run(task, build_result) or _argument_mismatch(
+            task, build_result.args
+        )
         if problem is not None:
             return _result(problem, 0.0)
         args = build_result.args
@@ -209,7 +203,7 @@ class LocalRunner:
 
     def _time(self, measure_input: MeasureInput, built: BuildResult) -> MeasureResult:
         start = time.monotonic()
-        problem = _cannot_run(measure_input.task, built)
+        problem = self._cannot_run(measure_input.task, built)
         if problem is not None:
             return _result(problem, built.time_cost)
         request = TimeRequest(
@@ -225,6 +219,75 @@ class LocalRunner:
         )
         reply = self._call(measure_input.task, request)
         return _result(reply, built.time_cost + time.monotonic() - start)
+
+    def _cannot_run(self, task: SearchTask, built: BuildResult) -> WorkerReply | None:
+        """Why the candidate is not run: its build failed."""
+        return None if built.ok else WorkerReply(built.error, built.message)
+
+    def _call(self, task: SearchTask, request: TimeRequest | CheckRequest) -> WorkerReply:
+        raise NotImplementedError
+
+    def _reference(self, task: SearchTask, args: tuple[ArgSpec, ...]) -> list[np.ndarray]:
+        key = (task.workload_key, args)
+        if key not in self._references:
+            arrays = reference_arguments(args)
+            inputs = [a for a, spec in zip(arrays, args, strict=True) if not spec.is_output]
+            self._references[key] = evaluate_dag(task.compute_dag, inputs)
+        return self._references[key]
+
+
+class LocalRunner(TimingRunner):
+    """Times candidates in a helper process on this machine; see the module docstring.
+    Close it (or use it as a context manager) to stop the helper; it is also stopped
+    when the runner is garbage-collected or the interpreter exits."""
+
+    def __init__(
+        self,
+        number: int = 3,
+        repeat: int = 1,
+        min_repeat_ms: float = 100.0,
+        timeout: float = 10.0,
+        enable_cpu_cache_flush: bool = False,
+        cooldown_interval: float = 0.0,
+        cold_weights: bool = False,
+    ) -> None:
+        super().__init__(
+            number, repeat, min_repeat_ms, timeout, enable_cpu_cache_flush, cooldown_interval,
+            cold_weights,
+        )  # fmt: skip
+        self._slot = _WorkerSlot()
+        self._finalizer = weakref.finalize(self, self._slot.stop)
+
+    @classmethod
+    def for_timing(
+        cls,
+        timing: Timing,
+        number: int | None = None,
+        repeat: int | None = None,
+        min_repeat_ms: float | None = None,
+        timeout: float = 10.0,
+    ) -> LocalRunner:
+        """A runner that times as `timing` says, with the timing's default settings
+        (`Timing.default_settings`) for those not given."""
+        settings = cls.timing_settings(timing, number, repeat, min_repeat_ms)
+        return cls(timeout=timeout, **settings)
+
+    def close(self) -> None:
+        """Stop the helper process (a later run starts a new one)."""
+        self._slot.stop()
+
+    def _cannot_run(self, task: SearchTask, built: BuildResult) -> WorkerReply | None:
+        """Why the candidate is not run here: its build failed, or its target is not
+        this machine."""
+        if not built.ok:
+            return WorkerReply(built.error, built.message)
+        if not task.target.is_host:
+            return WorkerReply(
+                ErrorKind.RUNTIME,
+                f"target {task.target} does not run on this machine ({host_triple()}); "
+                "LocalRunner only measures host targets: use a remote runner for the device",
+            )
+        return None
 
     def _call(self, task: SearchTask, request: TimeRequest | CheckRequest) -> WorkerReply:
         worker = self._slot.worker_for(task.hardware_params.num_cores)
@@ -249,14 +312,6 @@ class LocalRunner:
             raise
         assert isinstance(reply, WorkerReply)
         return reply
-
-    def _reference(self, task: SearchTask, args: tuple[ArgSpec, ...]) -> list[np.ndarray]:
-        key = (task.workload_key, args)
-        if key not in self._references:
-            arrays = reference_arguments(args)
-            inputs = [a for a, spec in zip(arrays, args, strict=True) if not spec.is_output]
-            self._references[key] = evaluate_dag(task.compute_dag, inputs)
-        return self._references[key]
 
 
 class _WorkerSlot:
@@ -301,20 +356,6 @@ def _check_settings(
         raise MeasureError(f"timeout={timeout} must be a positive number of seconds")
 
 
-def _cannot_run(task: SearchTask, built: BuildResult) -> WorkerReply | None:
-    """Why the candidate is not run here: its build failed, or its target is not this
-    machine."""
-    if not built.ok:
-        return WorkerReply(built.error, built.message)
-    if not task.target.is_host:
-        return WorkerReply(
-            ErrorKind.RUNTIME,
-            f"target {task.target} does not run on this machine ({host_triple()}); "
-            "LocalRunner only measures host targets: use a remote runner for the device",
-        )
-    return None
-
-
 def _argument_mismatch(task: SearchTask, args: Sequence[ArgSpec]) -> WorkerReply | None:
     """The compared outputs are only meaningful if the kernel takes the DAG's inputs,
     then its outputs, in order (as `lower` promises)."""
@@ -329,6 +370,14 @@ def _argument_mismatch(task: SearchTask, args: Sequence[ArgSpec]) -> WorkerReply
         f"the candidate's arguments {actual} (shape, dtype, is output) are not the DAG's "
         f"inputs then outputs {expected}",
     )
+
+
+def _check_lengths(inputs: Sequence[MeasureInput], build_results: Sequence[BuildResult]) -> None:
+    if len(inputs) != len(build_results):
+        raise MeasureError(
+            f"run() got {len(inputs)} inputs but {len(build_results)} build results; "
+            "pass the builder's results for exactly these inputs"
+        )
 
 
 def _result(reply: WorkerReply, seconds: float) -> MeasureResult:

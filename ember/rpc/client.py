@@ -190,7 +190,7 @@ class RemoteSession:
         try:
             return self.channel.request(header, blobs, wait, f"the answer to {header['op']}")
         except RemoteError as error:
-            raise RPCError(f"{self.where}: {_strip(error)}") from None
+            raise RemoteError(f"{self.where}: {_strip(error)}") from None
         except RPCError as error:
             self.channel.close()
             raise type(error)(f"{self.where}: {error}") from None
