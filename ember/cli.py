@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from ember.cli_commands import compile as compile_command
 from ember.cli_commands import info as info_command
 from ember.cli_commands import records as records_command
+from ember.cli_commands import rpc as rpc_command
 from ember.cli_commands import run as run_command
 from ember.cli_commands import tasks as tasks_command
 from ember.cli_commands import tune as tune_command
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     records_command.add_parser(commands)
     tasks_command.add_parser(commands)
     tune_command.add_parser(commands)
+    rpc_command.add_parser(commands)
     return parser
 
 

@@ -138,3 +138,15 @@ def format_bytes(count: int) -> str:
         if count >= scale:
             return f"{count / scale:.1f} {unit}"
     return f"{count} B"
+
+
+def add_rpc_arguments(parser: argparse.ArgumentParser) -> None:
+    """--rpc-tracker, --rpc-key and --token-file, shared by `ember tune` and `ember run`."""
+    add = parser.add_argument
+    add("--rpc-tracker", metavar="HOST:PORT", help="measure on boards handed out by this tracker")
+    add("--rpc-key", help="the key of the boards to use (e.g. rasp4b-64)")
+    add(
+        "--token-file",
+        help="the device farm's shared secret (default: EMBER_RPC_TOKEN_FILE; none: the "
+        "tracker must be on loopback)",
+    )

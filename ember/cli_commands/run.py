@@ -15,12 +15,17 @@ import sys
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ember.cli_commands.common import add_rpc_arguments
 from ember.errors import InputError, UsageError
 from ember.runtime.abi import TensorSpec
+
+if TYPE_CHECKING:
+    from ember.rpc.client import RemoteModule, RemoteSession
+    from ember.runtime.module import Module
 
 FILL_MODES = ("random", "zeros", "ones")
 
@@ -191,7 +196,38 @@ def command_run(args: argparse.Namespace) -> int:
 
     _check_options(args)
     labels = read_labels(Path(args.labels)) if args.labels else None
-    module = load(Path(args.artifact))
+    if args.rpc_tracker:
+        with _remote_session(args) as session:
+            return _run(args, _load_remote(session, Path(args.artifact)), labels)
+    return _run(args, load(Path(args.artifact)), labels)
+
+
+def _remote_session(args: argparse.Namespace) -> RemoteSession:
+    """A board of --rpc-key from the tracker at --rpc-tracker."""
+    from ember.rpc.client import connect_tracker
+    from ember.rpc.protocol import parse_address
+
+    if not args.rpc_key:
+        raise UsageError("--rpc-tracker needs --rpc-key: the key of the boards to run on")
+    host, port = parse_address(args.rpc_tracker, 9190)
+    with connect_tracker(host, port, args.token_file) as tracker:
+        session = tracker.request(args.rpc_key, timeout=args.rpc_timeout)
+    print(f"running on {session.where} ({session.device.get('triple', '?')})", file=sys.stderr)
+    return session
+
+
+def _load_remote(session: RemoteSession, path: Path) -> RemoteModule:
+    """Upload the artifact and load it on the board, after checking it can run there."""
+    from ember.rpc.client import check_compatible
+    from ember.runtime import read_metadata
+    from ember.runtime.module import ModuleInfo
+
+    info = ModuleInfo.from_metadata(read_metadata(path), str(path))
+    check_compatible(info.target, info.cpu_features, session.device, str(path))
+    return session.load_module(session.upload(path))
+
+
+def _run(args: argparse.Namespace, module: Module | RemoteModule, labels: list[str] | None) -> int:
     given = read_npz(Path(args.inputs)) if args.inputs else {}
     source = repr(args.inputs) if args.inputs else "--inputs"
     arrays, generated = make_inputs(module.inputs, given, args.fill_mode, source)
@@ -253,4 +289,11 @@ def add_parser(commands: Any) -> None:
     )
     run.add_argument("--print-top", type=int, metavar="K", help="print the top-K classes")
     run.add_argument("--labels", help="text file of class labels, one a line, for --print-top")
+    add_rpc_arguments(run)
+    run.add_argument(
+        "--rpc-timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for a free board (120)",
+    )
     run.set_defaults(run=command_run)

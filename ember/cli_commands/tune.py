@@ -22,13 +22,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember.autoschedule.measure import Timing
-from ember.cli_commands.common import add_model_arguments, format_count, load_model, parse_shapes
+from ember.cli_commands.common import (
+    add_model_arguments,
+    add_rpc_arguments,
+    format_count,
+    load_model,
+    parse_shapes,
+)
 from ember.errors import UsageError
 from ember.target import Target
 
 if TYPE_CHECKING:
     from ember.autoschedule.builder import LocalBuilder
-    from ember.autoschedule.runner import LocalRunner
+    from ember.autoschedule.runner import TimingRunner
     from ember.autoschedule.task import SearchTask
     from ember.autoschedule.task_scheduler import SchedulerResult, TaskScheduler
     from ember.autoschedule.tuning import TuningOptions
@@ -156,18 +162,32 @@ def _count_lines(path: Path) -> int:
         return 0
 
 
-def local_runner(args: argparse.Namespace) -> LocalRunner:
-    """The runner the options ask for (after _check_options filled in the defaults)."""
+def local_runner(args: argparse.Namespace) -> TimingRunner:
+    """The runner the options ask for (after _check_options filled in the defaults):
+    this machine, or the boards of --rpc-key behind --rpc-tracker."""
     from ember.autoschedule import LocalRunner
 
-    return LocalRunner.for_timing(
-        Timing(args.timing), args.number, args.repeat, args.min_repeat_ms, args.timeout
-    )
+    timing = Timing(args.timing)
+    if args.rpc_tracker is None:
+        return LocalRunner.for_timing(
+            timing, args.number, args.repeat, args.min_repeat_ms, args.timeout
+        )
+    from ember.autoschedule.rpc_runner import RPCRunner
+    from ember.rpc.protocol import parse_address
+
+    if not args.rpc_key:
+        raise UsageError("--rpc-tracker needs --rpc-key: the key the boards registered under")
+    host, port = parse_address(args.rpc_tracker, 9190)
+    return RPCRunner.for_timing(
+        timing, args.rpc_key, host, port, args.number, args.repeat, args.min_repeat_ms,
+        timeout=args.timeout, n_parallel=args.rpc_n_parallel, priority=args.rpc_priority,
+        token_file=args.token_file,
+    )  # fmt: skip
 
 
 def _scheduler_and_options(
     args: argparse.Namespace, tasks: Sequence[SearchTask], weights: Sequence[int]
-) -> tuple[TaskScheduler, TuningOptions, LocalBuilder, LocalRunner]:
+) -> tuple[TaskScheduler, TuningOptions, LocalBuilder, TimingRunner]:
     """The scheduler, and the options with the measurers (the caller closes them)."""
     from ember.autoschedule import LocalBuilder, RecordToFile, TuningOptions
     from ember.autoschedule.task_scheduler import TaskScheduler
@@ -338,6 +358,13 @@ def _add_measure_arguments(parser: argparse.ArgumentParser) -> None:
         help="a repeat runs at least this long, raising --number (100 ms with warm timing, else 0)",
     )
     add("--parallel", type=int, help="builder processes (default: one per CPU)")
+    add_rpc_arguments(parser)
+    add(
+        "--rpc-n-parallel",
+        type=int,
+        help="boards measuring at once (default: every board of the key at the start)",
+    )
+    add("--rpc-priority", type=int, default=1, help="the tracker serves higher first (1)")
 
 
 def add_parser(commands: Any) -> None:
