@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.errors import InputError
+from ember.errors import EmberError, InputError
 from ember.rpc.protocol import (
     DEFAULT_LIMITS,
     Channel,
@@ -42,6 +42,11 @@ from ember.rpc.protocol import (
 # Added to a board-side time limit before the host gives up on the board itself: the
 # transfer of the request and the reply, and a loaded board's scheduling.
 REPLY_MARGIN_SECONDS = 30.0
+
+
+class TargetMismatch(EmberError):
+    """Code built for a target the board cannot run (another architecture, CPU
+    features it lacks): refused on the host, before it is sent."""
 
 
 class TrackerClient:
@@ -322,7 +327,7 @@ def check_compatible(
     arch = Target(target).target_arch
     board = device.get("arch", "?")
     if arch != board:
-        raise RPCError(
+        raise TargetMismatch(
             f"{what} is built for {target!r} ({arch}) and the board is {board} "
             f"({device.get('cpu') or 'unknown CPU'}): build for the board's target, e.g. "
             f"--target 'llvm -mtriple={board}-linux-gnu'"
@@ -330,7 +335,7 @@ def check_compatible(
     present = set(device.get("features", ()))
     missing = [f for f in cpu_features if f not in present]
     if present and missing:
-        raise RPCError(
+        raise TargetMismatch(
             f"{what} is built for {target!r}, which uses {', '.join(missing)}; the board's "
             f"CPU ({device.get('cpu') or '?'}) lacks them: build for a target the board "
             "supports (name its -mcpu, or -mattr=-feature)"
