@@ -246,7 +246,7 @@ def _decode(body: memoryview, limits: Limits, peer: str) -> tuple[Header, list[b
         raise ProtocolError(f"a frame from {peer} declares a header of {header_bytes} bytes")
     try:
         header = json.loads(bytes(body[_LENGTH.size : end]))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # Recursion: nested too deep
         raise ProtocolError(f"a frame from {peer} has a header that is not JSON") from None
     sizes = header.get("blobs") if isinstance(header, dict) else None
     valid = isinstance(sizes, list) and all(isinstance(s, int) and s >= 0 for s in sizes)
@@ -260,38 +260,46 @@ def _decode(body: memoryview, limits: Limits, peer: str) -> tuple[Header, list[b
 
 
 def read_frame(
-    sock: socket.socket, timeout: float | None, limits: Limits, max_bytes: int, what: str
-) -> bytes:
-    """One length-prefixed frame's body, refused before reading if it is too large."""
-    prefix = read_exactly(sock, _LENGTH.size, timeout, what, limits.frame_timeout)
+    sock: socket.socket, timeout: float | None, limits: Limits, max_bytes: int, what: str,
+    deadline: float | None = None,
+) -> bytes:  # fmt: skip
+    """One length-prefixed frame's body, refused before reading if it is too large;
+    all of it before `deadline` (a `time.monotonic()` value) when one is given."""
+    prefix = read_exactly(sock, _LENGTH.size, timeout, what, limits.frame_timeout, deadline)
     (size,) = _LENGTH.unpack(prefix)
     if size > max_bytes:
         raise ProtocolError(
             f"{what} announced a frame of {size} bytes, over the limit of {max_bytes}"
         )
-    return read_exactly(sock, size, limits.frame_timeout, what, limits.frame_timeout)
+    return read_exactly(sock, size, limits.frame_timeout, what, limits.frame_timeout, deadline)
 
 
 def read_exactly(
     sock: socket.socket, count: int, first_byte_timeout: float | None, what: str,
-    whole_timeout: float,
+    whole_timeout: float, deadline: float | None = None,
 ) -> bytes:  # fmt: skip
     """`count` bytes: the first within `first_byte_timeout`, all of them within
-    `whole_timeout` of the first (a sender that trickles bytes is cut off)."""
+    `whole_timeout` of the first (a sender that trickles bytes is cut off), and all
+    before `deadline` (a `time.monotonic()` value: a handshake's limit) when given."""
     chunks = bytearray()
-    deadline: float | None = None
+    frame_deadline: float | None = None
     while len(chunks) < count:
-        if deadline is None:
+        if frame_deadline is None:
             wait = first_byte_timeout
         else:
-            wait = deadline - time.monotonic()
+            wait = frame_deadline - time.monotonic()
             if wait <= 0:
                 raise RPCTimeout(f"timed out after {whole_timeout:g} s receiving {what}")
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RPCTimeout(f"timed out receiving {what}: it did not arrive in time")
+            wait = left if wait is None else min(wait, left)
         sock.settimeout(wait)
         try:
             chunk = sock.recv(min(count - len(chunks), 1 << 20))
         except TimeoutError:
-            if deadline is None:
+            if frame_deadline is None and wait == first_byte_timeout:  # not cut by `deadline`
                 raise RPCTimeout(
                     f"waited {first_byte_timeout:g} s for {what} and none came"
                 ) from None
@@ -300,8 +308,8 @@ def read_exactly(
             raise ConnectionLost(f"lost the connection while waiting for {what}: {error}") from None
         if not chunk:
             raise ConnectionLost(f"the connection closed while waiting for {what}")
-        if deadline is None:
-            deadline = time.monotonic() + whole_timeout
+        if frame_deadline is None:
+            frame_deadline = time.monotonic() + whole_timeout
         chunks += chunk
     return bytes(chunks)
 
@@ -316,8 +324,9 @@ def _send_plain(sock: socket.socket, header: Header) -> None:
 
 
 def _receive_plain(sock: socket.socket, limits: Limits, deadline: float, what: str) -> Header:
+    # The whole frame by the handshake's deadline, not a frame timeout after it starts.
     wait = max(0.0, deadline - time.monotonic())
-    body = read_frame(sock, wait, limits, _HANDSHAKE_FRAME_BYTES, what)
+    body = read_frame(sock, wait, limits, _HANDSHAKE_FRAME_BYTES, what, deadline)
     header, _, _ = _decode(memoryview(body)[_TAG_BYTES:], limits, what)
     return header
 
@@ -398,7 +407,7 @@ def accept(
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     preamble = read_exactly(
         sock, _PREAMBLE.size, limits.handshake_timeout, f"the preamble of {peer}",
-        limits.handshake_timeout,
+        limits.handshake_timeout, deadline,
     )  # fmt: skip
     magic, version, _ = _PREAMBLE.unpack(preamble)
     if magic != MAGIC:

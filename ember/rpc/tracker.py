@@ -202,8 +202,10 @@ class Tracker(Service):
         boards = [b for b in self._boards.values() if b.key == key]
         busy = sum(b.ticket is not None for b in boards)
         ahead = sum(r.key == key for r in self._queue)
+        # No timeout: the client hung up or the tracker is stopping.
+        waited = "before the request ended" if timeout is None else f"within {timeout:g} s"
         return (
-            f"no board of key {key!r} became free within {timeout:g} s at the tracker on port "
+            f"no board of key {key!r} became free {waited} at the tracker on port "
             f"{self.port}: {len(boards)} registered, {busy} busy, {ahead} other request(s) "
             "queued for the key; start more servers with `ember server --key "
             f"{key}`, or wait longer"

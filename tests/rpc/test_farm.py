@@ -171,3 +171,13 @@ def test_the_bundle_serves_under_a_bare_python(farm: Farm, artifact: Path, tmp_p
         np.testing.assert_array_equal(module.get_output(0), local_outputs(artifact, x))
     assert process.poll() is None
     assert str(ROOT) not in bundle.read_bytes().decode("latin-1")
+
+
+def test_the_bundle_holds_every_device_module() -> None:
+    from test_imports import SERVER_MODULES
+
+    from ember.rpc.bundle import BUNDLED_MODULES
+
+    for module in set(SERVER_MODULES) - {"ember.rpc.bundle"}:  # the host writes it
+        path = module.replace(".", "/") + ".py"
+        assert path in BUNDLED_MODULES or path.replace(".py", "/__init__.py") in BUNDLED_MODULES

@@ -197,3 +197,18 @@ def test_a_tracker_restart_loses_no_board_and_no_run(
         assert all(r.ok for r in runner.run([measure_input] * 4, [built] * 4))
         assert runner.tracker.summary()["keys"][KEY]["total"] == 2
     wait_until(lambda: board_counts(farm.tracker, KEY)["free"] == 2, "the boards freed")
+
+
+def test_ember_tune_on_the_farm(farm: Farm, tmp_path: Path) -> None:
+    from ember.cli import main
+
+    for _ in range(2):
+        farm.add_server(KEY)
+    log = tmp_path / "tuned.json"
+    command = ["tune", "mlp", "--input-shapes", "data:[1,1,16,16]", "--rpc-tracker",
+               farm.address, "--rpc-key", KEY, "-o", str(log), "--trials", "8",
+               "--per-round", "4", "--seed", "0"]  # fmt: skip
+    assert main(command) == 0
+    records = list(load_records(log))
+    assert len(records) == 8 and any(r.result.error is ErrorKind.NONE for r in records)
+    assert main([*command[:4], "--rpc-tracker", farm.address, "-o", str(log)]) == 2  # no key

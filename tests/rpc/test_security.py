@@ -575,11 +575,14 @@ def test_listening_beyond_loopback_needs_a_token(
 
 def test_upload_names_must_stay_in_the_session_directory(server: DeviceServer, token: bytes,
                                                          tmp_path: Path) -> None:  # fmt: skip
-    names = ["../x", "/etc/passwd", ".hidden", "a/b", "..", "x/../../y", "", "a\\b", "n" * 129]
+    names = ["../x", "/etc/passwd", ".hidden", "a/b", "..", "x/../../y", "a\\b", "n" * 129]
     with session_on(server, token) as remote:
         for name in names:
             with pytest.raises(RPCError, match="not a file name a session may use"):
                 remote.upload(b"owned", name)
+        for odd in ["", None, 7, ["x"]]:  # sent as they are (upload() would name them)
+            with pytest.raises(RPCError, match="not a file name a session may use"):
+                remote.call({"op": "upload", "name": odd}, [b"owned"])
         assert remote.files() == {}
         remote.upload(b"fine", "fine.bin")
         assert remote.files() == {"fine.bin": 4}
@@ -690,7 +693,8 @@ def test_code_for_another_architecture_is_refused(server: DeviceServer, token: b
         with pytest.raises(RPCError, match=f"{other} code and this board is {arch}"):
             remote.load_module("net.tar")
         # This machine's own library passes the check (and the request stops at the
-        # next one, before anything runs).
+        # next one, before anything runs). The extracted net.tar counts as a file.
+        remote.remove("foreign.so")
         remote.upload(HOST_SO, "host.so")
         with pytest.raises(RPCError, match=r"'args\.bin' was not uploaded"):
             remote.call({"op": "check", "library": "host.so", "arguments": "args.bin"})
