@@ -97,17 +97,17 @@ def test_a_request_that_waits_too_long_says_for_what(farm: Farm) -> None:
 def test_remote_module_runs_as_the_local_one(farm: Farm, artifact: Path) -> None:
     farm.add_server(KEY)
     x = np.random.default_rng(0).standard_normal((1, 1, 16, 16)).astype("float32")
-    with connect_tracker("127.0.0.1", farm.tracker.port) as tracker:
-        with tracker.request(KEY) as remote:
-            module = remote.load_module(remote.upload(artifact))
-            module.set_input("data", x)
-            module.run()
-            np.testing.assert_array_equal(module.get_output(0), local_outputs(artifact, x))
-            timing = module.benchmark(repeat=3, min_repeat_ms=0)
-            assert len(timing.seconds) == 3 and timing.min > 0
-            profile = module.profile(repeat=2)
-            assert profile.rows and all(row.seconds >= 0 for row in profile.rows)
-            assert set(remote.files()) == {"mlp.tar", "mlp.tar.module"}
+    tracker = connect_tracker("127.0.0.1", farm.tracker.port)
+    with tracker, tracker.request(KEY) as remote:
+        module = remote.load_module(remote.upload(artifact))
+        module.set_input("data", x)
+        module.run()
+        np.testing.assert_array_equal(module.get_output(0), local_outputs(artifact, x))
+        timing = module.benchmark(repeat=3, min_repeat_ms=0)
+        assert len(timing.seconds) == 3 and timing.min > 0
+        profile = module.profile(repeat=2)
+        assert profile.rows and all(row.seconds >= 0 for row in profile.rows)
+        assert set(remote.files()) == {"mlp.tar", "mlp.tar.module"}
     wait_until(lambda: farm.servers[0].sessions_served == 1, "the session's end")
 
 
