@@ -19,7 +19,7 @@ no cycle); each module imports only from those before it:
 `hardware`, `records`, `task`, `worker` (plain data, the helper-process protocol) ->
 `measure` (what a measurement passes around; the Builder and Runner protocols) ->
 `cost_model`, `features`, `feature_pool`, `xgb_model` -> `sketch_rules`, `sketch`,
-`annotate`, `mutate` -> `search` -> `reference`, `builder`, `runner` -> `tuning` ->
+`annotate`, `mutate` -> `search` -> `reference`, `builder`, `runner`, `rpc_runner` (with `ember.rpc`) -> `tuning` ->
 `task_scheduler`, and the helper processes' `*_worker` modules. A module that needs a
 type from further on takes a protocol defined before it instead.
 """
@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # what __getattr__ imports, spelled out for type checkers
         load_best,
         load_records,
     )
+    from ember.autoschedule.rpc_runner import RPCRunner
     from ember.autoschedule.runner import LocalRunner
     from ember.autoschedule.search import EvolutionarySearch, SearchParams
     from ember.autoschedule.sketch import Sketch, generate_sketches
@@ -67,6 +68,7 @@ _NAMES = {
     "HardwareParams": "ember.autoschedule.hardware",
     "LocalBuilder": "ember.autoschedule.builder",
     "LocalRunner": "ember.autoschedule.runner",
+    "RPCRunner": "ember.autoschedule.rpc_runner",
     "MeasureInput": "ember.autoschedule.measure",
     "MeasureRecord": "ember.autoschedule.records",
     "MeasureResult": "ember.autoschedule.measure",
@@ -103,6 +105,7 @@ __all__ = [
     "HardwareParams",
     "LocalBuilder",
     "LocalRunner",
+    "RPCRunner",
     "MeasureInput",
     "MeasureRecord",
     "MeasureResult",
