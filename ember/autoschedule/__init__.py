@@ -20,8 +20,9 @@ no cycle); each module imports only from those before it:
 `measure` (what a measurement passes around; the Builder and Runner protocols) ->
 `cost_model`, `features`, `feature_pool`, `xgb_model` -> `sketch_rules`, `sketch`,
 `annotate`, `mutate` -> `search` -> `reference`, `builder`, `runner`, `rpc_runner` (with
-`ember.rpc`) -> `tuning` -> `task_scheduler`, and the helper processes' `*_worker` modules. A module that needs a
-type from further on takes a protocol defined before it instead.
+`ember.rpc`) -> `tuning` -> `task_scheduler`, and the helper processes' `*_worker`
+modules. A module that needs a type from further on takes a protocol defined before it
+instead.
 """
 
 import importlib
