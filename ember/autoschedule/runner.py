@@ -139,6 +139,10 @@ class TimingRunner:
         self.cold_weights = cold_weights
         self.cooldown_interval = float(cooldown_interval)
         self._references: dict[tuple[str, tuple[ArgSpec, ...]], list[np.ndarray]] = {}
+        self._open()
+
+    def _open(self) -> None:
+        """Set up what the subclass holds (called at the end of __init__)."""
 
     @staticmethod
     def timing_settings(
@@ -241,20 +245,7 @@ class LocalRunner(TimingRunner):
     Close it (or use it as a context manager) to stop the helper; it is also stopped
     when the runner is garbage-collected or the interpreter exits."""
 
-    def __init__(
-        self,
-        number: int = 3,
-        repeat: int = 1,
-        min_repeat_ms: float = 100.0,
-        timeout: float = 10.0,
-        enable_cpu_cache_flush: bool = False,
-        cooldown_interval: float = 0.0,
-        cold_weights: bool = False,
-    ) -> None:
-        super().__init__(
-            number, repeat, min_repeat_ms, timeout, enable_cpu_cache_flush, cooldown_interval,
-            cold_weights,
-        )  # fmt: skip
+    def _open(self) -> None:
         self._slot = _WorkerSlot()
         self._finalizer = weakref.finalize(self, self._slot.stop)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,15 +21,6 @@ from ember.rpc.client import TargetMismatch, TrackerClient, connect_tracker
 from ember.rpc.protocol import RPCError
 
 KEY = "x86-board"
-
-
-@pytest.fixture
-def farm() -> Iterator[Farm]:
-    farm = Farm()
-    try:
-        yield farm
-    finally:
-        farm.stop()
 
 
 @pytest.fixture(scope="module")

@@ -37,15 +37,6 @@ KEY = "x86-board"
 HANG_GUARD = 600.0  # a runner timeout no finishing candidate can reach
 
 
-@pytest.fixture
-def farm() -> Iterator[Farm]:
-    farm = Farm()
-    try:
-        yield farm
-    finally:
-        farm.stop()
-
-
 @pytest.fixture(scope="module")
 def network() -> tuple[ember.graph.Graph, dict[str, np.ndarray]]:
     return ember.testing.get_workload("mlp", image_shape=(1, 16, 16), num_classes=10)
