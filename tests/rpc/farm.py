@@ -35,22 +35,24 @@ def board_counts(tracker: Tracker, key: str) -> dict[str, int]:
 
 
 class Farm:
-    """A tracker on a free loopback port and the servers a test adds."""
+    """A tracker on a free port (of loopback, or an address the test made) and the
+    servers a test adds."""
 
-    def __init__(self, token: bytes | None = None) -> None:
+    def __init__(self, token: bytes | None = None, host: str = "127.0.0.1") -> None:
         self.token = token
-        self.tracker = Tracker("127.0.0.1", 0, token)
+        self.host = host
+        self.tracker = Tracker(host, 0, token)
         self.tracker.start()
         self.servers: list[DeviceServer] = []
         self.processes: list[subprocess.Popen[str]] = []
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.tracker.port}"
+        return f"{self.host}:{self.tracker.port}"
 
     def add_server(self, key: str, **options: Any) -> DeviceServer:
         server = DeviceServer(
-            "127.0.0.1", 0, self.token, ("127.0.0.1", self.tracker.port), key, **options
+            "127.0.0.1", 0, self.token, (self.host, self.tracker.port), key, **options
         )
         server.start()
         self.servers.append(server)
@@ -76,7 +78,7 @@ class Farm:
         self.tracker.stop()
         deadline = time.monotonic() + WAIT
         while True:
-            tracker = Tracker("127.0.0.1", port, self.token)
+            tracker = Tracker(self.host, port, self.token)
             try:
                 tracker.start()
                 break
