@@ -51,7 +51,8 @@ _PREAMBLE = struct.Struct(">4sHH")
 _LENGTH = struct.Struct(">I")
 _TAG_BYTES = 32
 _NONCE_BYTES = 16
-_HANDSHAKE_FRAME_BYTES = 4096
+# A handshake frame carries a board's device description (its CPU flags) at most.
+_HANDSHAKE_FRAME_BYTES = 64 * 1024
 
 Header = dict[str, Any]
 

@@ -257,6 +257,7 @@ class Session:
         self.modules: dict[str, Path] = {}  # module name -> extraction directory
         self._worker: Worker | None = None
         self._threads: int | None = None
+        self._extractions = 0
         self._started = time.monotonic()
 
     def __enter__(self) -> Session:
@@ -298,14 +299,23 @@ class Session:
         name = _checked_name(request.get("name"))
         if len(blobs) != 1:
             raise SessionError("an upload carries exactly one file")
+        self._forget_module(name)
         self._store(name, blobs[0])
         return {"ok": True, "name": name, "bytes": len(blobs[0])}, []
 
     def _op_remove(self, request: dict[str, Any], blobs: list[bytes]) -> tuple[dict, list]:
         name = self._uploaded(request.get("name"))
+        self._forget_module(name)
         (self.directory / name).unlink()
         del self.files[name]
         return {"ok": True}, []
+
+    def _forget_module(self, name: str) -> None:
+        """Drop the extraction of artifact `name` (replaced or removed)."""
+        directory = self.modules.pop(name, None)
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+            self.files.pop(directory.name, None)
 
     def _op_files(self, request: dict[str, Any], blobs: list[bytes]) -> tuple[dict, list]:
         return {"files": dict(self.files)}, []
@@ -374,8 +384,14 @@ class Session:
     def _op_load_module(self, request: dict[str, Any], blobs: list[bytes]) -> tuple[dict, list]:
         name = self._uploaded(request.get("name"))
         if name not in self.modules:
-            self.modules[name] = self._extract_artifact(name)
-        check_library_architecture(self.modules[name] / "mod.so", self.device["arch"])
+            directory = self._extract_artifact(name)
+            try:
+                check_library_architecture(directory / "mod.so", self.device["arch"])
+            except SessionError:
+                shutil.rmtree(directory, ignore_errors=True)
+                raise
+            self.modules[name] = directory
+            self.files[directory.name] = sum(f.stat().st_size for f in directory.iterdir())
         work = {"op": "load", "directory": str(self.modules[name])}
         reply = self._call(work, request.get("threads"), request.get("timeout"))
         return {**reply, "module": name}, []
@@ -406,11 +422,23 @@ class Session:
         return reply, outputs
 
     def _extract_artifact(self, name: str) -> Path:
-        """The artifact's three members, regular files only, into their own folder;
-        their checksums verified against mod.json."""
-        target = self.directory / f"{name}.module"
+        """The artifact's three members, regular files only, into a folder of their
+        own (a new one each time: the helper keeps loaded libraries by path); their
+        checksums verified against mod.json. Nothing is left behind on failure."""
+        self._extractions += 1
+        target = self.directory / f"{name}.module-{self._extractions}"
         target.mkdir()
+        try:
+            self._extract_members(name, target)
+            _verify_checksums(target, name)
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        return target
+
+    def _extract_members(self, name: str, target: Path) -> None:
         sizes: dict[str, int] = {}
+        used = sum(self.files.values())
         try:
             with tarfile.open(self.directory / name, "r:*") as tar:
                 for member in tar:
@@ -419,8 +447,14 @@ class Session:
                         continue
                     if not member.isfile():
                         raise SessionError(f"{name}: {member_name} is not a regular file")
+                    used += member.size
                     if member.size > self.limits.max_upload_bytes:
                         raise SessionError(f"{name}: {member_name} is over the size limit")
+                    if used > self.limits.max_directory_bytes:
+                        raise SessionError(
+                            f"extracting {name} would exceed the work directory's limit of "
+                            f"{self.limits.max_directory_bytes} bytes"
+                        )
                     stream = tar.extractfile(member)
                     assert stream is not None
                     with stream, open(target / member_name, "xb") as out:
@@ -431,13 +465,6 @@ class Session:
         missing = [m for m in _ARTIFACT_MEMBERS if m not in sizes]
         if missing:
             raise SessionError(f"{name} lacks {', '.join(missing)}: not an Ember artifact")
-        _verify_checksums(target, name)
-        used = sum(self.files.values()) + sum(sizes.values())
-        if used > self.limits.max_directory_bytes:
-            shutil.rmtree(target, ignore_errors=True)
-            raise SessionError("extracting the artifact would exceed the work directory limit")
-        self.files[f"{name}.module"] = sum(sizes.values())
-        return target
 
     # -- the helper process -------------------------------------------------------------
 
@@ -498,6 +525,8 @@ def _verify_checksums(directory: Path, source: str) -> None:
     try:
         metadata = json.loads((directory / "mod.json").read_text(encoding="utf-8"))
         checksums = metadata["checksums"]
+        if not isinstance(checksums, dict):
+            raise TypeError("checksums is not a mapping")
     except (OSError, ValueError, KeyError, TypeError):
         raise SessionError(f"{source}: mod.json is unreadable or has no checksums") from None
     for member in ("mod.so", "mod.params"):

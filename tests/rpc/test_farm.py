@@ -97,7 +97,7 @@ def test_remote_module_runs_as_the_local_one(farm: Farm, artifact: Path) -> None
         assert len(timing.seconds) == 3 and timing.min > 0
         profile = module.profile(repeat=2)
         assert profile.rows and all(row.seconds >= 0 for row in profile.rows)
-        assert set(remote.files()) == {"mlp.tar", "mlp.tar.module"}
+        assert set(remote.files()) == {"mlp.tar", "mlp.tar.module-1"}
     wait_until(lambda: farm.servers[0].sessions_served == 1, "the session's end")
 
 

@@ -1,36 +1,43 @@
-"""Attacks on the device farm, each refused with the service still up afterwards (a
-normal summary or session follows every one): wrong and missing tokens, a token that
-would cross the wire, bytes that are not the protocol, oversized and slow frames,
-forged, replayed and reflected frames, listening beyond loopback without a token,
-upload names outside the session, oversized uploads, too many files, unsafe artifacts,
-code for another architecture, unknown requests, idle sessions, sessions without the
-tracker's ticket.
+"""Attacks on the tracker's and the device server's connections, each refused with the
+service still up afterwards (a normal summary or session follows every one): wrong and
+missing tokens, an impostor server, a token that would cross the wire, bytes that are
+not the protocol, another protocol version, oversized, truncated and slow frames,
+tampered, replayed and reflected frames, and listening beyond loopback without a token.
+Attacks on sessions are in test_session_security.py.
 
-Loopback and ephemeral ports only; time limits are small and every wait has a bound
-(`GUARD`), which is a hang guard, never a claim about speed."""
+Loopback and ephemeral ports only; time limits are small and every wait is bounded by
+`GUARD`, a hang guard, never a claim about speed."""
 
 from __future__ import annotations
 
-import _ctypes
 import contextlib
-import hashlib
-import io
 import json
 import logging
 import random
 import socket
-import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from farm import wait_until
+from loopback import (
+    GUARD,
+    HOST,
+    SESSION_LIMITS,
+    Services,
+    assert_serves,
+    make_server,
+    make_tracker,
+    new_token,
+    session_on,
+    tracker_client,
+)
 
 from ember.rpc import protocol
-from ember.rpc import server as server_module
-from ember.rpc.client import RemoteSession, TrackerClient, connect, connect_tracker, open_session
+from ember.rpc.client import TrackerClient, connect, connect_tracker
 from ember.rpc.protocol import (
     _LENGTH,
     _PREAMBLE,
@@ -40,146 +47,48 @@ from ember.rpc.protocol import (
     AuthenticationError,
     Channel,
     Limits,
-    RPCError,
-    load_token,
-    write_token,
 )
-from ember.rpc.server import (
-    DeviceServer,
-    SessionError,
-    SessionLimits,
-    check_library_architecture,
-)
+from ember.rpc.server import DeviceServer
 from ember.rpc.service import Service
 from ember.rpc.tracker import Tracker
-
-HOST = "127.0.0.1"
-KEY = "test-board"
-# Small limits keep the slow-sender tests short; a loopback handshake takes milliseconds.
-FAST = Limits(handshake_timeout=1.0, frame_timeout=1.0)
-SESSION_LIMITS = SessionLimits(max_upload_bytes=2**20, max_files=3, idle_seconds=30.0)
-# The longest any wait in these tests may last before the test fails: a hang guard.
-GUARD = 10.0
-# ELF e_machine of this board's architecture, and of one it is not.
-ELF_MACHINE = {"x86_64": 62, "aarch64": 183}
-HOST_SO = Path(_ctypes.__file__)  # a real shared library built for this machine
-
-S = TypeVar("S", bound=Service)
-
-
-# -- services ---------------------------------------------------------------------------
-
-
-def _token(path: Path) -> bytes:
-    write_token(path)
-    token = load_token(path)
-    assert token is not None
-    return token
 
 
 @pytest.fixture
 def token(tmp_path: Path) -> bytes:
-    return _token(tmp_path / "token")
+    return new_token(tmp_path / "token")
 
 
 @pytest.fixture
 def wrong_token_file(tmp_path: Path) -> Path:
-    _token(tmp_path / "wrong-token")
+    new_token(tmp_path / "wrong-token")
     return tmp_path / "wrong-token"
 
 
 @pytest.fixture
-def start() -> Iterator[Callable[[S], S]]:
-    """Start a service; every one started is stopped when the test ends."""
-    started: list[Service] = []
-
-    def start_service(service: S) -> S:
-        started.append(service)
-        service.start()
-        return service
-
+def started() -> Iterator[Services]:
+    services = Services()
     try:
-        yield start_service
+        yield services
     finally:
-        for service in reversed(started):
-            service.stop()
-
-
-def make_tracker(token: bytes, limits: Limits = FAST) -> Tracker:
-    return Tracker(HOST, 0, token, limits=limits)
-
-
-def make_server(token: bytes, work_dir: Path, limits: Limits = FAST, **kwargs: Any) -> DeviceServer:
-    return DeviceServer(HOST, 0, token, work_dir=str(work_dir), limits=limits, **kwargs)
+        services.stop_all()
 
 
 @pytest.fixture
-def tracker(start: Callable[[Tracker], Tracker], token: bytes) -> Tracker:
-    return start(make_tracker(token))
+def tracker(started: Services, token: bytes) -> Tracker:
+    return started.start(make_tracker(token))
 
 
 @pytest.fixture
-def server(start: Callable[[DeviceServer], DeviceServer], token: bytes, tmp_path: Path):
-    """A device server without a tracker: anyone holding the token gets a session."""
-    return start(make_server(token, tmp_path, session_limits=SESSION_LIMITS))
-
-
-@pytest.fixture
-def board(start: Callable[[DeviceServer], DeviceServer], tracker: Tracker, token: bytes,
-          tmp_path: Path) -> DeviceServer:  # fmt: skip
-    """A device server registered with `tracker` under KEY; idle sessions end after 1 s."""
-    board = start(make_server(token, tmp_path, tracker=(HOST, tracker.port), key=KEY,
-                              session_limits=SessionLimits(idle_seconds=1.0)))  # fmt: skip
-    assert board.registered.wait(GUARD), "the board did not register with the tracker"
-    return board
+def server(started: Services, token: bytes, tmp_path: Path) -> DeviceServer:
+    return started.start(make_server(token, tmp_path, session_limits=SESSION_LIMITS))
 
 
 @pytest.fixture(params=["tracker", "device server"])
-def service(request: pytest.FixtureRequest, start: Callable[[Service], Service], token: bytes,
+def service(request: pytest.FixtureRequest, started: Services, token: bytes,
             tmp_path: Path) -> Service:  # fmt: skip
     if request.param == "tracker":
-        return start(make_tracker(token))
-    return start(make_server(token, tmp_path, session_limits=SESSION_LIMITS))
-
-
-@contextlib.contextmanager
-def session_on(
-    server: DeviceServer, token: bytes, port: int | None = None
-) -> Iterator[RemoteSession]:
-    """A session on a server without a tracker, closed and cleaned up on exit (so the
-    next one finds the board free)."""
-    served = server.sessions_served
-    remote = open_session(HOST, port or server.port, token, None, GUARD)
-    try:
-        yield remote
-    finally:
-        remote.close()
-        wait_for(lambda: server.sessions_served > served, "the server to end the session")
-
-
-def tracker_client(tracker: Tracker, token: bytes) -> TrackerClient:
-    """A client that gives up at once when the tracker is gone (no reconnecting)."""
-    return TrackerClient(HOST, tracker.port, token, timeout=GUARD, reconnect_seconds=0)
-
-
-def assert_serves(service: Service, token: bytes) -> None:
-    """The proof that an attack cost nothing: a normal summary or session."""
-    if isinstance(service, Tracker):
-        with tracker_client(service, token) as client:
-            assert "keys" in client.summary()
-    else:
-        assert isinstance(service, DeviceServer)
-        with session_on(service, token) as remote:
-            remote.upload(b"alive", "alive.txt")
-            assert remote.files() == {"alive.txt": 5}
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + GUARD
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"waited {GUARD:g} s for {what}")
-        time.sleep(0.02)
+        return started.start(make_tracker(token))
+    return started.start(make_server(token, tmp_path, session_limits=SESSION_LIMITS))
 
 
 # -- raw bytes --------------------------------------------------------------------------
@@ -262,8 +171,8 @@ def test_the_tracker_refuses_a_wrong_or_missing_token(tracker: Tracker, token: b
     with pytest.raises(AuthenticationError, match="wrong or missing RPC token"):
         connect_tracker(HOST, tracker.port, token_file=wrong_token_file, timeout=GUARD)
     with pytest.raises(AuthenticationError, match="wrong or missing RPC token"):
-        tracker_client(tracker, None).summary()  # type: ignore[arg-type]
-    wait_for(lambda: tracker.refused == 2, "the tracker to count both refusals")
+        tracker_client(tracker, None).summary()
+    wait_until(lambda: tracker.refused == 2, "both refusals counted", GUARD)
     assert_serves(tracker, token)
 
 
@@ -274,7 +183,7 @@ def test_the_device_server_refuses_a_wrong_or_missing_token(
     for token_file in (wrong_token_file, None):
         with pytest.raises(AuthenticationError, match="wrong or missing RPC token"):
             connect(HOST, server.port, token_file=token_file, timeout=GUARD)
-    wait_for(lambda: server.refused == 2, "the server to count both refusals")
+    wait_until(lambda: server.refused == 2, "both refusals counted", GUARD)
     assert server.sessions_served == 0
     assert_serves(server, token)
 
@@ -473,12 +382,11 @@ def _closed_while_trickling(sock: socket.socket, data: bytes, interval: float) -
 
 
 @pytest.mark.parametrize("stage", ["preamble", "hello"])
-def test_a_slow_handshake_is_dropped(start: Callable[[Service], Service], token: bytes,
-                                     tmp_path: Path, stage: str) -> None:  # fmt: skip
+def test_a_slow_handshake_is_dropped(started: Services, token: bytes, stage: str) -> None:
     """A sender that trickles its handshake is dropped after the handshake timeout,
     whatever the frame timeout (long here, as it is by default)."""
     limits = Limits(handshake_timeout=1.0, frame_timeout=60.0)
-    tracker = start(make_tracker(token, limits))
+    tracker = started.start(make_tracker(token, limits))
     preamble = _PREAMBLE.pack(MAGIC, PROTOCOL_VERSION, 0)
     with raw_connection(tracker) as sock:
         if stage == "preamble":
@@ -548,7 +456,7 @@ def test_a_replayed_frame_is_refused(service: Service, token: bytes, replay: str
         assert replay == "on another connection" or read_until_closed(first.sock) == b""
     if replay == "on another connection":
         if isinstance(service, DeviceServer):  # one session at a time
-            wait_for(lambda: service.sessions_served == 1, "the first session to end")
+            wait_until(lambda: service.sessions_served == 1, "the first session to end", GUARD)
         with contextlib.closing(open_channel(service, token)) as second:
             second.sock.sendall(frame)
             assert read_until_closed(second.sock) == b""
@@ -568,235 +476,3 @@ def test_listening_beyond_loopback_needs_a_token(
     assert "`ember rpc token -o FILE`" in str(error.value)
     make("0.0.0.0", 0, token)  # with one it may (not started: tests stay on loopback)
     make(HOST, 0)  # and on loopback without one
-
-
-# -- sessions ---------------------------------------------------------------------------
-
-
-def test_upload_names_must_stay_in_the_session_directory(server: DeviceServer, token: bytes,
-                                                         tmp_path: Path) -> None:  # fmt: skip
-    names = ["../x", "/etc/passwd", ".hidden", "a/b", "..", "x/../../y", "a\\b", "n" * 129]
-    with session_on(server, token) as remote:
-        for name in names:
-            with pytest.raises(RPCError, match="not a file name a session may use"):
-                remote.upload(b"owned", name)
-        for odd in ["", None, 7, ["x"]]:  # sent as they are (upload() would name them)
-            with pytest.raises(RPCError, match="not a file name a session may use"):
-                remote.call({"op": "upload", "name": odd}, [b"owned"])
-        assert remote.files() == {}
-        remote.upload(b"fine", "fine.bin")
-        assert remote.files() == {"fine.bin": 4}
-    assert not (tmp_path / "x").exists() and not (tmp_path.parent / "x").exists()
-    assert_serves(server, token)
-
-
-def test_an_upload_over_the_size_limit_is_refused(server: DeviceServer, token: bytes) -> None:
-    limit = SESSION_LIMITS.max_upload_bytes
-    with session_on(server, token) as remote:
-        with pytest.raises(RPCError, match=f"over the upload limit of {limit}"):
-            remote.upload(bytes(limit + 1), "big.bin")
-        remote.upload(bytes(limit), "big.bin")
-        assert remote.files() == {"big.bin": limit}
-
-
-def test_uploads_past_the_file_limit_are_refused(server: DeviceServer, token: bytes) -> None:
-    with session_on(server, token) as remote:
-        for index in range(SESSION_LIMITS.max_files):
-            remote.upload(b"x", f"f{index}")
-        with pytest.raises(RPCError, match="already holds 3 files, its limit"):
-            remote.upload(b"x", "one-too-many")
-        remote.upload(b"xy", "f0")  # replacing one is not one more
-        remote.remove("f1")
-        remote.upload(b"x", "one-too-many")
-        assert sorted(remote.files()) == ["f0", "f2", "one-too-many"]
-
-
-def test_only_uploaded_files_can_be_loaded(server: DeviceServer, token: bytes) -> None:
-    with session_on(server, token) as remote:
-        with pytest.raises(RPCError, match=r"'never\.tar' was not uploaded in this session"):
-            remote.load_module("never.tar")
-        with pytest.raises(RPCError, match=r"'lib\.so' was not uploaded in this session"):
-            remote.call({"op": "check", "library": "lib.so"})
-        with pytest.raises(RPCError, match="not a file name a session may use"):
-            remote.call({"op": "time", "library": "../../../usr/lib/libc.so.6"})
-        with pytest.raises(RPCError, match="'never' was not uploaded in this session"):
-            remote.remove("never")
-        assert remote.files() == {}
-
-
-def fake_elf(machine: int) -> bytes:
-    """A little-endian 64-bit ELF header for `machine`, and nothing else."""
-    return b"\x7fELF\x02\x01\x01" + bytes(11) + machine.to_bytes(2, "little") + bytes(44)
-
-
-def foreign_arch(arch: str) -> tuple[str, int]:
-    return ("x86_64", 62) if arch == "aarch64" else ("aarch64", 183)
-
-
-def artifact(members: dict[str, bytes | str], checksums: Any = None) -> bytes:
-    """A tar of `members` (bytes: a file; str: a symlink to it), with a mod.json that
-    holds `checksums` (by default, the right ones)."""
-    files = {name: data for name, data in members.items() if isinstance(data, bytes)}
-    if checksums is None:
-        checksums = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-    files.setdefault("mod.json", json.dumps({"checksums": checksums}).encode())
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in {**members, **files}.items():
-            info = tarfile.TarInfo(name)
-            if isinstance(data, str):
-                info.type, info.linkname = tarfile.SYMTYPE, data
-                tar.addfile(info)
-            else:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
-@pytest.mark.parametrize(
-    ("members", "refusal"),
-    [
-        ({"mod.so": "/etc/passwd", "mod.params": b""}, "mod.so is not a regular file"),
-        ({"../escape": b"x", "mod.params": b""}, "lacks mod.so: not an Ember artifact"),
-    ],
-    ids=["symlink mod.so", "member outside the directory"],
-)
-def test_an_unsafe_artifact_is_refused(
-    server: DeviceServer, token: bytes, tmp_path: Path, members: dict[str, bytes | str],
-    refusal: str,
-) -> None:  # fmt: skip
-    with session_on(server, token) as remote:
-        remote.upload(artifact(members), "net.tar")
-        with pytest.raises(RPCError, match=refusal):
-            remote.load_module("net.tar")
-        assert "net.tar" in remote.files()
-    assert not (tmp_path / "escape").exists()
-    assert_serves(server, token)
-
-
-def test_code_for_another_architecture_is_refused(server: DeviceServer, token: bytes,
-                                                  tmp_path: Path) -> None:  # fmt: skip
-    arch = server.device["arch"]
-    other, other_machine = foreign_arch(arch)
-    (tmp_path / "foreign.so").write_bytes(fake_elf(other_machine))
-    (tmp_path / "text.so").write_bytes(b"not a library at all")
-    with pytest.raises(SessionError, match=f"is {other} code and this board is {arch}"):
-        check_library_architecture(tmp_path / "foreign.so", arch)
-    with pytest.raises(SessionError, match="not a shared library"):
-        check_library_architecture(tmp_path / "text.so", arch)
-    check_library_architecture(HOST_SO, arch)
-    with session_on(server, token) as remote:
-        remote.upload(fake_elf(other_machine), "foreign.so")
-        with pytest.raises(RPCError, match=f"{other} code and this board is {arch}"):
-            remote.call({"op": "check", "library": "foreign.so", "arguments": "args.bin"})
-        remote.upload(artifact({"mod.so": fake_elf(other_machine), "mod.params": b""}), "net.tar")
-        with pytest.raises(RPCError, match=f"{other} code and this board is {arch}"):
-            remote.load_module("net.tar")
-        # This machine's own library passes the check (and the request stops at the
-        # next one, before anything runs). The extracted net.tar counts as a file.
-        remote.remove("foreign.so")
-        remote.upload(HOST_SO, "host.so")
-        with pytest.raises(RPCError, match=r"'args\.bin' was not uploaded"):
-            remote.call({"op": "check", "library": "host.so", "arguments": "args.bin"})
-
-
-def test_an_unknown_request_is_answered_and_the_session_continues(
-    server: DeviceServer, token: bytes
-) -> None:
-    with session_on(server, token) as remote:
-        for op in ["format_disk", "__class__", "_store", 5, None]:
-            with pytest.raises(RPCError, match="unknown request"):
-                remote.call({"op": op})
-        with pytest.raises(RPCError, match="the request lacks 'repeat'"):
-            remote.call({"op": "benchmark"})
-        remote.upload(b"still here", "here.txt")
-        assert remote.files() == {"here.txt": 10}
-
-
-@pytest.mark.xfail(strict=True, reason="server.py: _verify_checksums calls .get on whatever "
-                   "mod.json's checksums is; AttributeError ends the session")  # fmt: skip
-def test_an_artifact_with_malformed_checksums_is_answered(server: DeviceServer,
-                                                          token: bytes) -> None:  # fmt: skip
-    with session_on(server, token) as remote:
-        remote.upload(artifact({"mod.so": fake_elf(62), "mod.params": b""}, []), "net.tar")
-        with pytest.raises(RPCError, match="no checksums"):
-            remote.load_module("net.tar")
-        assert "net.tar" in remote.files()
-
-
-@pytest.mark.xfail(strict=True, reason="server.py: an artifact stays extracted (and cached "
-                   "in Session.modules) under its name after it is uploaded again")  # fmt: skip
-@pytest.mark.parametrize("first", ["refused after extraction", "refused during extraction"])
-def test_an_artifact_uploaded_again_is_loaded_anew(server: DeviceServer, token: bytes,
-                                                   first: str) -> None:  # fmt: skip
-    foreign = artifact({"mod.so": fake_elf(foreign_arch(server.device["arch"])[1]),
-                        "mod.params": b""})  # fmt: skip
-    symlink = artifact({"mod.so": "/etc/passwd", "mod.params": b""})
-    before, after = (
-        (foreign, symlink) if first == "refused after extraction" else (symlink, foreign)
-    )
-    refusal = "not a regular file" if after is symlink else "code and this board is"
-    with session_on(server, token) as remote:
-        remote.upload(before, "net.tar")
-        with pytest.raises(RPCError):
-            remote.load_module("net.tar")
-        remote.upload(after, "net.tar")
-        with pytest.raises(RPCError, match=refusal):
-            remote.load_module("net.tar")
-
-
-# -- the tracker's boards ---------------------------------------------------------------
-
-
-def test_an_idle_session_is_closed_and_the_board_freed(tracker: Tracker, board: DeviceServer,
-                                                       token: bytes) -> None:  # fmt: skip
-    with tracker_client(tracker, token) as client:
-        idle = client.request(KEY, timeout=GUARD)
-        try:
-            with pytest.raises(protocol.ConnectionLost):
-                idle.channel.receive(GUARD, "the server to close the idle session")
-        finally:
-            idle.channel.close()
-        assert board.sessions_served == 1
-        wait_for(lambda: client.summary()["keys"][KEY]["free"] == 1, "the board to be free")
-        with client.request(KEY, timeout=GUARD) as remote:
-            assert remote.files() == {}
-
-
-def test_a_board_refuses_a_session_without_the_trackers_ticket(
-    tracker: Tracker, board: DeviceServer, token: bytes, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(server_module, "_TICKET_GRACE_SECONDS", 0.5)
-    for ticket in [None, "f" * 32, 12345]:
-        with pytest.raises(RPCError, match="handed out by its tracker"):
-            open_session(HOST, board.port, token, ticket, GUARD)  # type: ignore[arg-type]
-    # A ticket the tracker gave is good for one session only.
-    match, _ = protocol.connect(HOST, tracker.port, token, {"role": "client"}, GUARD)
-    with contextlib.closing(match):
-        granted, _ = match.request({"op": "request", "key": KEY, "timeout": GUARD}, timeout=GUARD)
-    with open_session(HOST, board.port, token, granted["ticket"], GUARD) as remote:
-        remote.files()
-    wait_for(lambda: board.sessions_served == 1, "the session to end")
-    with pytest.raises(RPCError, match="handed out by its tracker"):
-        open_session(HOST, board.port, token, granted["ticket"], GUARD)
-    assert board.sessions_served == 1
-    with tracker_client(tracker, token) as client:
-        wait_for(lambda: client.summary()["keys"][KEY]["free"] == 1, "the board to be free")
-        with client.request(KEY, timeout=GUARD) as remote:
-            assert remote.files() == {}
-
-
-def test_a_client_that_leaves_the_queue_costs_the_tracker_nothing(
-    tracker: Tracker, token: bytes, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A client waiting for ever for a board that never comes, then hanging up."""
-    caplog.set_level(logging.INFO, "ember.rpc")
-    waiting, _ = protocol.connect(HOST, tracker.port, token, {"role": "client"}, GUARD)
-    with contextlib.closing(waiting):
-        waiting.send({"op": "request", "key": "no-such-board", "timeout": None})
-        with tracker_client(tracker, token) as client:
-            wait_for(lambda: "no-such-board" in client.summary()["keys"], "the request to queue")
-    with tracker_client(tracker, token) as client:
-        wait_for(lambda: client.summary()["keys"] == {}, "the request to leave the queue")
-    tracker.stop()  # joins the connection's thread, so whatever it logged is logged
-    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
