@@ -1,9 +1,9 @@
 """The RPC device farm on loopback: what a remote measurement costs over a local one,
 how throughput grows with boards, and how the tracker holds up under many boards.
 
-    python benchmarks/rpc_farm.py [--candidates 40] [--sampled 20] [--rounds 6]
-        [--slow-ms 50] [--slow-candidates 32] [--boards 1 2 4] [--fake-boards 200]
-        [--cycles 1000]
+    python benchmarks/rpc_farm.py [--candidates 40] [--sampled 20] [--rounds 10]
+        [--threads 1] [--slow-ms 50] [--slow-candidates 32] [--boards 1 2 4]
+        [--fake-boards 200] [--cycles 1000]
 
 Everything runs on 127.0.0.1 on ports the system picks, without a token: a tracker and
 device servers as `ember tracker` / `ember server` processes (a board's work runs apart
@@ -13,7 +13,9 @@ from the host's Python, as on a real farm), started and stopped by this script.
    (--sampled randomly annotated states, the rest copies of the default schedule),
    built once by LocalBuilder(n_parallel=2), then timed by LocalRunner and by
    RPCRunner on one board, both number=1 repeat=1 min_repeat_ms=0, in alternating
-   blocks of all candidates (--rounds blocks each, after an untimed one). Per
+   blocks of all candidates (--rounds blocks each, after an untimed one), the kernels
+   on --threads threads (1 by default: on a busy 2-core machine a two-thread kernel
+   may wait a 4 ms scheduler tick at its fork and join, in either runner). Per
    candidate: the runner's wall time (MeasureResult.all_cost less the build) and the
    measured cost; the difference of the wall times is the farm's overhead. Then what
    it is made of: the round trip of an empty session request, and one upload.
@@ -49,21 +51,21 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import ember
-from ember.autoschedule import SearchTask, extract_tasks
+from ember.autoschedule import HardwareParams, SearchTask, extract_tasks
 from ember.autoschedule.annotate import sample_initial_population
 from ember.autoschedule.builder import LocalBuilder
 from ember.autoschedule.measure import BuildResult, MeasureInput, MeasureResult
 from ember.autoschedule.rpc_runner import RPCRunner
 from ember.autoschedule.runner import LocalRunner, TimingRunner
 from ember.autoschedule.sketch import generate_sketches
-from ember.rpc.client import TrackerClient
+from ember.rpc.client import RemoteSession, TrackerClient
 from ember.rpc.protocol import Channel, RPCError, connect
 from ember.schedule.default import default_schedule
+from ember.target import Target
 from ember.toolchain import compile_shared
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,7 +116,7 @@ int32_t sleep_packed(void* const* args, int32_t num_args) {
 }
 """
 SLOW_KINDS = {
-    "cpu": "spins on its thread's CPU clock (needs a core)",
+    "cpu": "spins on CPU time (needs a core)",
     "spin": "spins on the wall clock",
     "sleep": "sleeps (nanosleep)",
 }
@@ -227,10 +229,13 @@ def _listening_port(process: subprocess.Popen[str], log_path: Path) -> int:
 # -- candidates -----------------------------------------------------------------------
 
 
-def find_conv_task() -> SearchTask:
-    """ResNet-18's (32x32 input) 1x1 shortcut conv with its bias, as the runner tests."""
+def find_conv_task(threads: int) -> SearchTask:
+    """ResNet-18's (32x32 input) 1x1 shortcut conv with its bias, as the runner tests,
+    for `threads` threads (both runners start their helper with that many)."""
     graph, params = ember.testing.get_workload("resnet-18", image_shape=(3, 32, 32))
-    tasks, _ = extract_tasks(graph, params, "llvm")
+    target = Target("llvm")
+    hardware = replace(HardwareParams.for_target(target), num_cores=threads)
+    tasks, _ = extract_tasks(graph, params, target, hardware_params=hardware)
     for task in tasks:
         if re.fullmatch(r"conv(_pack)?_add", task.desc):
             return task
@@ -329,33 +334,38 @@ def measure_overhead(port: int, built: Built, rounds: int) -> dict[str, Samples]
     return samples
 
 
-def measure_round_trips(port: int, library: str, count: int = 100) -> tuple[float, float, int]:
-    """Median seconds of an empty session request (`files`) and of uploading
-    `library`, on a board of KEY; and the library's bytes."""
+def measure_round_trips(port: int, library: str, count: int = 100) -> dict[str, float]:
+    """Median seconds of the session requests a remote candidate is made of, on a
+    board of KEY: an empty one (`files`), uploading `library`, removing it."""
     contents = Path(library).read_bytes()
-    empty, upload = [], []
+    times: dict[str, list[float]] = {"empty request": [], "upload": [], "remove": []}
+    requests: dict[str, Callable[[RemoteSession], object]] = {
+        "empty request": lambda session: session.call({"op": "files"}),
+        "upload": lambda session: session.upload(contents, "candidate.so"),
+        "remove": lambda session: session.remove("candidate.so"),
+    }
     with TrackerClient(HOST, port) as tracker, tracker.request(KEY, timeout=30) as session:
         for _ in range(count):
-            start = time.perf_counter()
-            session.call({"op": "files"})
-            empty.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            session.upload(contents, "candidate.so")
-            upload.append(time.perf_counter() - start)
-    return statistics.median(empty), statistics.median(upload), len(contents)
+            for name, request in requests.items():
+                start = time.perf_counter()
+                request(session)
+                times[name].append(time.perf_counter() - start)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    return {**medians, "bytes": len(contents)}
 
 
-def report_overhead(
-    samples: dict[str, Samples], built: Built, trips: tuple[float, float, int]
-) -> float:
+def report_overhead(samples: dict[str, Samples], built: Built, trips: dict[str, float]) -> float:
     """Print part 1's tables; returns the remote wall time per candidate (seconds)."""
     local, remote = samples["local"], samples["rpc"]
     walls = {name: s.candidate_walls() for name, s in samples.items()}
     costs = {name: s.candidate_costs() for name, s in samples.items()}
+    task = built.inputs[0].task
     print(f"\n1. Remote vs local measurement: {len(built.results)} candidates of "
-          f"{built.inputs[0].task.desc}, number=1 repeat=1 min_repeat_ms=0, "
-          f"{len(local.blocks)} alternating blocks (medians)")  # fmt: skip
-    print(f"  {'runner':24s} {'wall / candidate':>17s} {'block / candidate':>18s} "
+          f"{task.desc} ({task.hardware_params.num_cores} threads), number=1 repeat=1 "
+          f"min_repeat_ms=0, {len(local.blocks)} alternating blocks")  # fmt: skip
+    print("  per candidate: its runner time (all_cost less the build); per block: a block's "
+          "wall / its candidates; both medians, as the measured cost")  # fmt: skip
+    print(f"  {'runner':24s} {'per candidate':>17s} {'per block':>18s} "
           f"{'measured cost':>14s}")  # fmt: skip
     for name, label in (("local", "LocalRunner"), ("rpc", "RPCRunner, 1 board")):
         print(f"  {label:24s} {_median_ms(walls[name]):14.2f} ms "
@@ -366,13 +376,14 @@ def report_overhead(
     print(f"  {'overhead (RPC - local)':24s} {_median_ms(differences):14.2f} ms "
           f"{block_overhead:15.2f} ms   (target: <= 5 ms a candidate)")  # fmt: skip
     ratios = sorted(r / l for r, l in zip(costs["rpc"], costs["local"], strict=True))
+    low, high = min(costs["local"]) * 1e6, max(costs["local"]) * 1e6
     print(f"  measured costs, remote / local per candidate: median {statistics.median(ratios):.2f}"
           f", 10th-90th percentile {_percentile(ratios, 10):.2f}-{_percentile(ratios, 90):.2f}"
-          f" (local costs {min(costs['local']) * 1e6:.1f}-{max(costs['local']) * 1e6:.1f} us)")  # fmt: skip
-    empty, upload, size = trips
-    print(f"  what one remote candidate is made of: 3 session requests (upload its library, "
-          f"time, remove); an empty request {empty * 1e3:.2f} ms, an upload of "
-          f"{size / 1024:.0f} KiB {upload * 1e3:.2f} ms")  # fmt: skip
+          f" (local costs {low:.1f}-{high:.1f} us)")  # fmt: skip
+    print(f"  a remote candidate is 3 session requests (upload its library, time, remove): "
+          f"an empty request takes {trips['empty request'] * 1e3:.2f} ms, the upload of "
+          f"{trips['bytes'] / 1024:.0f} KiB {trips['upload'] * 1e3:.2f} ms, its removal "
+          f"{trips['remove'] * 1e3:.2f} ms (medians of 100)")  # fmt: skip
     return statistics.median(walls["rpc"])
 
 
@@ -419,7 +430,7 @@ def report_throughput(
     print(f"\n2. Throughput: {args.slow_candidates} candidates of {args.slow_ms} ms a call "
           f"(a board busy {board_seconds * 1e3:.0f} ms a candidate: warm-up + timed call); "
           f"ideal = boards / {board_seconds * 1e3:.0f} ms")  # fmt: skip
-    print(f"  {'candidate':45s} {'boards':>6s} {'cand/s':>7s} {'speed-up':>8s} "
+    print(f"  {'candidate':38s} {'boards':>6s} {'cand/s':>7s} {'speed-up':>8s} "
           f"{'of ideal':>8s} {'cost':>8s}")  # fmt: skip
     rates: dict[str, dict[int, float]] = {}
     for kind, description in SLOW_KINDS.items():
@@ -433,24 +444,32 @@ def report_throughput(
             rates[kind][boards] = rate
             speedup = rate / rates[kind][args.boards[0]] * args.boards[0]
             ideal = boards / board_seconds
-            print(f"  {kind + ': ' + description:45s} {boards:6d} {rate:7.2f} {speedup:7.2f}x "
+            print(f"  {kind + ': ' + description:38s} {boards:6d} {rate:7.2f} {speedup:7.2f}x "
                   f"{rate / ideal:7.0%} {cost * 1e3:5.1f} ms")  # fmt: skip
     return rates
 
 
-def report_builder(built: Built, remote_wall: float, rates: dict[str, dict[int, float]]) -> None:
+def report_builder(
+    built: Built, remote_wall: float, rates: dict[str, dict[int, float]], boards: Sequence[int]
+) -> None:
+    """The builder's candidates/s against what boards use: a board busy T seconds a
+    candidate uses 1/T a second, so N boards outrun the builder when T < N / rate."""
     print("\n  The host's builder, LocalBuilder(n_parallel=2), part 1's candidates:")
     for kind, (count, seconds) in built.rates.items():
         if count:
+            each = seconds / count * 1e3
             print(f"    {kind:20s} {count:3d} candidates in {seconds:5.2f} s: "
-                  f"{count / seconds:5.2f} candidates/s ({seconds / count * 1e3:.0f} ms each)")  # fmt: skip
+                  f"{count / seconds:5.2f} candidates/s ({each:.0f} ms each)")  # fmt: skip
     count, seconds = built.rates["default schedule"]
-    builder_rate = count / seconds
-    one_board_slow = rates["sleep"][min(rates["sleep"])] / min(rates["sleep"])
-    print(f"    one board uses {1 / remote_wall:.0f} candidates/s of part 1's conv "
-          f"({remote_wall * 1e3:.2f} ms each), {one_board_slow:.1f}/s of the slow ones: "
-          f"the builder keeps {builder_rate * remote_wall:.2f} resp. "
-          f"{builder_rate / one_board_slow:.2f} boards busy")  # fmt: skip
+    rate = count / seconds
+    slow_seconds = min(rates["sleep"]) / rates["sleep"][min(rates["sleep"])]
+    print(f"    boards the builder keeps busy ({rate:.2f} default-schedule builds/s): "
+          f"{rate * remote_wall:.2f} with part 1's conv ({remote_wall * 1e3:.2f} ms a "
+          f"candidate on a board), {rate * slow_seconds:.2f} with the slow candidates "
+          f"({slow_seconds * 1e3:.0f} ms)")  # fmt: skip
+    limits = ", ".join(f"{n} board{'s' if n > 1 else ''} {n / rate * 1e3:.0f} ms" for n in boards)
+    print(f"    the builder is the limit for candidates that keep a board busy less than: "
+          f"{limits}")  # fmt: skip
 
 
 # -- 3. tracker -----------------------------------------------------------------------
@@ -650,7 +669,7 @@ def cpu_model() -> str:
 
 def farm_parts(args: argparse.Namespace, logs: Path) -> None:
     """Parts 1 and 2: one tracker and max(--boards) servers."""
-    task = find_conv_task()
+    task = find_conv_task(args.threads)
     services = Services(logs)
     with ExitStack() as stack:
         stack.callback(services.stop)
@@ -665,14 +684,15 @@ def farm_parts(args: argparse.Namespace, logs: Path) -> None:
         services.wait_all_free(max(args.boards))
         template = (built.inputs[0], built.results[0])
         rates = report_throughput(services, template, args)
-        report_builder(built, remote_wall, rates)
+        report_builder(built, remote_wall, rates, args.boards)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--candidates", type=int, default=40, help="part 1's candidates")
     parser.add_argument("--sampled", type=int, default=20, help="of which randomly annotated")
-    parser.add_argument("--rounds", type=int, default=6, help="timed blocks per runner")
+    parser.add_argument("--rounds", type=int, default=10, help="timed blocks per runner")
+    parser.add_argument("--threads", type=int, default=1, help="part 1's kernel threads")
     parser.add_argument("--slow-ms", type=int, default=50, help="part 2's call, ms")
     parser.add_argument("--slow-candidates", type=int, default=32, help="per configuration")
     parser.add_argument("--boards", type=int, nargs="+", default=[1, 2, 4])
@@ -681,13 +701,14 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.pop("EMBER_RPC_TOKEN_FILE", None)  # loopback, no token, for every side
     print(f"RPC device farm on loopback: {cpu_model()}, {os.cpu_count()} CPUs, "
-          f"{datetime.date.today()}")  # fmt: skip
+          f"{datetime.date.today()}, load average {os.getloadavg()[0]:.2f}")  # fmt: skip
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ember-rpc-farm-") as tmp:
         farm_parts(args, Path(tmp))
         run = measure_tracker(Path(tmp), args.fake_boards, args.cycles)
         report_tracker(run, args.fake_boards, args.cycles)
-    print(f"\n(total {time.monotonic() - started:.0f} s)")
+    print(f"\n(total {time.monotonic() - started:.0f} s, load average now "
+          f"{os.getloadavg()[0]:.2f})")  # fmt: skip
 
 
 if __name__ == "__main__":

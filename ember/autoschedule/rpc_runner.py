@@ -55,6 +55,8 @@ log = logging.getLogger("ember.rpc")
 
 # How many times a candidate is tried on another board when its board is lost.
 _ATTEMPTS = 3
+# How long the first round waits for each board after the first (see _acquire_boards).
+_EXTRA_BOARD_GRACE = 3.0
 _candidate_names = itertools.count()
 
 
@@ -94,6 +96,7 @@ class RPCRunner(TimingRunner):
         self._idle: queue.Queue[_Board] = queue.Queue()
         self._boards: list[_Board] = []
         self._lock = threading.Lock()
+        self._acquired = False
 
     @classmethod
     def for_timing(
@@ -137,8 +140,12 @@ class RPCRunner(TimingRunner):
         if wanted is None:
             counts = self.tracker.summary()["keys"].get(self.key, {})
             wanted = max(1, int(counts.get("total", 0)))
+        # Boards another runner just closed report themselves free a moment later: the
+        # first time, wait a little for each; later rounds take only free ones.
+        grace = 0.0 if self._acquired else min(self.request_timeout, _EXTRA_BOARD_GRACE)
+        self._acquired = True
         while self.boards < wanted:
-            wait = self.request_timeout if self.boards == 0 else 0.0
+            wait = self.request_timeout if self.boards == 0 else grace
             try:
                 session = self.tracker.request(self.key, self.priority, wait)
             except RPCError as error:
@@ -239,7 +246,8 @@ class _Board:
         try:
             reply, blobs = session.call(header, timeout=runner.timeout)
         finally:
-            session.remove(library)
+            if not session.channel.closed:  # a lost board's own error is the one to tell
+                session.remove(library)
         if "failure" in reply:
             kind = ErrorKind(reply["failure"])
             return WorkerReply(kind, f"on {session.where}: {reply.get('message', '')}")

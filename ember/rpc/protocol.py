@@ -180,6 +180,8 @@ class Channel:
         header = {**header, "blobs": [len(b) for b in blobs]}
         encoded = json.dumps(header, separators=(",", ":")).encode()
         with self._send_lock:
+            if self.closed:
+                raise ConnectionLost(f"the connection to {self.peer} is closed")
             prefix = _LENGTH.pack(len(encoded)) + encoded
             tag = self._tag(self._out_direction, self._sent, prefix, blobs)
             size = _TAG_BYTES + len(prefix) + sum(len(b) for b in blobs)
