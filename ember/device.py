@@ -367,21 +367,32 @@ def host_description() -> dict[str, object]:
     from ember.target import host_triple
 
     triple = host_triple()
-    name = ""
+    arch = triple.split("-")[0]
+    name, flags_key = "", ""
     try:
         for line in _CPUINFO.read_text(encoding="utf-8", errors="replace").splitlines():
             key, _, value = (part.strip() for part in line.partition(":"))
-            if key in ("model name", "Model", "Hardware", "CPU part") and value:
+            if key in ("model name", "Model", "Hardware", "CPU part") and value and not name:
                 name = value
-                break
+            if key in ("flags", "Features") and not flags_key:
+                flags_key = key
     except OSError:
         pass
+    features = sorted(host_cpu_features())
+    # Under user-mode emulation (qemu-aarch64 on x86) /proc/cpuinfo describes the
+    # emulating machine: its flags say nothing of what this process can run.
+    if flags_key != _CPUINFO_FLAGS_KEY.get(arch, flags_key):
+        name, features = "", []
     return {
         "triple": triple,
-        "arch": triple.split("-")[0],
+        "arch": arch,
         "cpu": name,
         "cores": host_cores(),
         "cpus": host_cpu_count(),
         "caches": host_caches(),
-        "features": sorted(host_cpu_features()),
+        "features": features,
     }
+
+
+# The /proc/cpuinfo line that lists an architecture's feature flags.
+_CPUINFO_FLAGS_KEY = {"x86_64": "flags", "i386": "flags", "aarch64": "Features", "arm": "Features"}

@@ -282,3 +282,29 @@ def test_no_module_but_the_device_model_reads_the_host_cpu() -> None:
             if text:
                 offenders.append(f"{path.relative_to(EMBER.parent)}:{node.lineno}: {text!r}")
     assert not offenders, "read CPU facts through ember.device:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize(
+    ("triple", "line", "reported"),
+    [
+        ("aarch64-linux-gnu", "Features : fp asimd asimddp", True),
+        # qemu-aarch64 on x86: /proc/cpuinfo is the emulating machine's.
+        ("aarch64-linux-gnu", "flags : fpu sse2 avx2", False),
+        ("x86_64-linux-gnu", "flags : fpu sse2 avx2", True),
+    ],
+)
+def test_a_board_reports_only_flags_of_its_own_architecture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_models: None, triple: str,
+    line: str, reported: bool,
+) -> None:  # fmt: skip
+    import ember.target
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor : 0\nmodel name : Some CPU\n{line}\n\n")
+    monkeypatch.setattr(device_module, "_CPUINFO", cpuinfo)
+    monkeypatch.setattr(ember.target, "host_triple", lambda: triple)
+    device_module.host_cpu_features.cache_clear()
+    description = device_module.host_description()
+    assert description["triple"] == triple and description["arch"] == triple.split("-")[0]
+    assert bool(description["features"]) is reported
+    assert description["cpu"] == ("Some CPU" if reported else "")
