@@ -226,7 +226,8 @@ class _Board:
         """Time or check one candidate on this board; RPCError if the board is lost."""
         self._check_target(task)
         session = self.session
-        library = session.upload(Path(request.path), f"candidate-{next(_candidate_names)}.so")
+        name = f"candidate-{next(_candidate_names)}.so"
+        library = session.upload(Path(request.path), name, runner.timeout)
         header: dict[str, Any] = {
             "library": library,
             "symbol": request.symbol,
@@ -247,7 +248,7 @@ class _Board:
             reply, blobs = session.call(header, timeout=runner.timeout)
         finally:
             if not session.channel.closed:  # a lost board's own error is the one to tell
-                session.remove(library)
+                session.remove(library, runner.timeout)
         if "failure" in reply:
             kind = ErrorKind(reply["failure"])
             return WorkerReply(kind, f"on {session.where}: {reply.get('message', '')}")

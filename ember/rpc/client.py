@@ -200,7 +200,9 @@ class RemoteSession:
             self.channel.close()
             raise type(error)(f"{self.where}: {error}") from None
 
-    def upload(self, data: str | Path | bytes, name: str | None = None) -> str:
+    def upload(
+        self, data: str | Path | bytes, name: str | None = None, timeout: float = 60.0
+    ) -> str:
         """Copy a file (or bytes) into the session's directory on the board; returns
         its name there (the file's own name by default)."""
         if isinstance(data, bytes):
@@ -214,11 +216,11 @@ class RemoteSession:
             except OSError as error:
                 raise RPCError(f"cannot read {str(path)!r} to upload it: {error}") from None
             name = name or path.name
-        self.call({"op": "upload", "name": name}, [contents])
+        self.call({"op": "upload", "name": name}, [contents], timeout)
         return name
 
-    def remove(self, name: str) -> None:
-        self.call({"op": "remove", "name": name})
+    def remove(self, name: str, timeout: float = 60.0) -> None:
+        self.call({"op": "remove", "name": name}, timeout=timeout)
 
     def files(self) -> dict[str, int]:
         """The session's files on the board and their sizes."""

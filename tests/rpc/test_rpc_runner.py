@@ -203,3 +203,26 @@ def test_ember_tune_on_the_farm(farm: Farm, tmp_path: Path) -> None:
     records = list(load_records(log))
     assert len(records) == 8 and any(r.result.error is ErrorKind.NONE for r in records)
     assert main([*command[:4], "--rpc-tracker", farm.address, "-o", str(log)]) == 2  # no key
+
+
+def test_a_board_that_hangs_costs_only_its_candidate(
+    farm: Farm, softmax: tuple[MeasureInput, BuildResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ember.rpc.client
+
+    # How long the host waits past the runner's timeout before it gives a silent board
+    # up (30 s by default: transfers, a loaded board).
+    monkeypatch.setattr(ember.rpc.client, "REPLY_MARGIN_SECONDS", 1.0)
+    stuck = farm.start_server_process(KEY)
+    farm.start_server_process(KEY)
+    measure_input, built = softmax
+    try:
+        with runner_for(farm, n_parallel=2, min_repeat_ms=0, timeout=10.0) as runner:
+            assert all(r.ok for r in runner.run([measure_input] * 2, [built] * 2))
+            stuck.send_signal(signal.SIGSTOP)  # a board frozen, or cut off the network
+            results = runner.run([measure_input] * 4, [built] * 4)
+            assert all(r.ok for r in results), [r.message for r in results]
+            assert runner.boards == 1
+    finally:
+        stuck.kill()
+        stuck.wait(WAIT)
