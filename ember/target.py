@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import platform
+import re
 from dataclasses import dataclass
 
 from ember.errors import TargetError
@@ -38,7 +39,13 @@ _ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "x64": "x86_64"}
 
 
 def _normalise_arch(arch: str) -> str:
+    """One name per architecture family: `uname -m` says armv7l or i686 where triples
+    and ELF headers say arm or i386."""
     arch = arch.lower()
+    if re.fullmatch(r"armv\d+\w*", arch):
+        return "arm"
+    if re.fullmatch(r"i[3-6]86", arch):
+        return "i386"
     return _ARCH_ALIASES.get(arch, arch)
 
 

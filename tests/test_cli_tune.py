@@ -176,7 +176,7 @@ def test_timing_options_and_their_defaults(
     argv = ["tune", *SMALL_MLP, *options, "-o", str(tmp_path / "log.json")]
     args = build_parser().parse_args(argv)
     tune_command._check_options(args)
-    runner = tune_command.local_runner(args)
+    runner = tune_command.make_runner(args)
     assert runner.timing is timing
     assert (runner.number, runner.repeat, runner.min_repeat_ms) == settings
 

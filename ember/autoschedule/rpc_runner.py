@@ -47,7 +47,7 @@ from ember.autoschedule.runner import (
 )
 from ember.autoschedule.task import SearchTask
 from ember.errors import EmberError
-from ember.rpc.client import RemoteSession, TrackerClient, check_compatible
+from ember.rpc.client import RemoteSession, TargetMismatch, TrackerClient, check_compatible
 from ember.rpc.protocol import RemoteError, RPCError, load_token
 from ember.toolchain import compile_shared
 
@@ -162,9 +162,6 @@ class RPCRunner(TimingRunner):
         log.info("RPCRunner: measuring on %s (%d boards)", session.where, self.boards)
         return board
 
-    def _cannot_run(self, task: SearchTask, built: BuildResult) -> WorkerReply | None:
-        return None if built.ok else WorkerReply(built.error, built.message)
-
     def _call(self, task: SearchTask, request: TimeRequest | CheckRequest) -> WorkerReply:
         lost: list[str] = []
         for _ in range(_ATTEMPTS):
@@ -173,13 +170,19 @@ class RPCRunner(TimingRunner):
                 break
             try:
                 reply = board.measure(task, request, self)
-            except RemoteError as error:  # the board refused this candidate; it is fine
-                self._idle.put(board)
-                return WorkerReply(ErrorKind.RUNTIME, str(error))
             except RPCError as error:
+                if isinstance(error, RemoteError):  # the board refused this candidate
+                    self._idle.put(board)
+                    return WorkerReply(ErrorKind.RUNTIME, str(error))
                 self._give_up(board, error)
                 lost.append(str(error))
                 continue
+            except TargetMismatch:
+                self._idle.put(board)
+                raise
+            except Exception as error:  # this candidate's (e.g. its library is gone)
+                self._idle.put(board)
+                return WorkerReply(ErrorKind.RUNTIME, f"{type(error).__name__}: {error}")
             self._idle.put(board)
             return reply
         reason = "; ".join(lost) or f"no board of key {self.key!r} is available"

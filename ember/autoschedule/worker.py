@@ -59,7 +59,11 @@ class Worker:
     """One child process running `module`'s `serve` loop; see the module docstring."""
 
     def __init__(
-        self, module: str, env: Mapping[str, str] | None = None, args: Sequence[str] = ()
+        self,
+        module: str,
+        env: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
+        cwd: str | None = None,
     ) -> None:
         to_child_read, to_child_write = os.pipe()
         from_child_read, from_child_write = os.pipe()
@@ -73,7 +77,7 @@ class Worker:
         argv = [sys.executable, "-m", module, *map(str, child_fds), str(os.getpid()), *args]
         try:
             self.process = subprocess.Popen(
-                argv, pass_fds=child_fds, env=environment, start_new_session=True
+                argv, pass_fds=child_fds, env=environment, start_new_session=True, cwd=cwd
             )
         except OSError as error:
             for fd in (to_child_write, from_child_read):
@@ -126,6 +130,12 @@ class Worker:
             return self._from_child.recv()
         except (EOFError, OSError):
             raise WorkerCrashed(self.kill()) from None
+
+    def signal_kill(self) -> None:
+        """Kill the child and what it started, and nothing more: safe from another
+        thread while one waits in `receive`, which then sees the crash (and reaps)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
     def kill(self) -> str:
         """Kill the child and everything it started, reap it, and say how it ended."""

@@ -224,7 +224,7 @@ def _load_remote(session: RemoteSession, path: Path) -> RemoteModule:
 
     info = ModuleInfo.from_metadata(read_metadata(path), str(path))
     check_compatible(info.target, info.cpu_features, session.device, str(path))
-    return session.load_module(session.upload(path))
+    return session.load_module(session.upload(path, "artifact.tar"))  # any file name
 
 
 def _run(args: argparse.Namespace, module: Module | RemoteModule, labels: list[str] | None) -> int:

@@ -162,7 +162,7 @@ def _count_lines(path: Path) -> int:
         return 0
 
 
-def local_runner(args: argparse.Namespace) -> TimingRunner:
+def make_runner(args: argparse.Namespace) -> TimingRunner:
     """The runner the options ask for (after _check_options filled in the defaults):
     this machine, or the boards of --rpc-key behind --rpc-tracker."""
     from ember.autoschedule import LocalRunner
@@ -207,7 +207,7 @@ def _scheduler_and_options(
             "dependencies (pip install -e .) or choose --cost-model random"
         ) from None
     builder = LocalBuilder(n_parallel=args.parallel, timeout=args.timeout)
-    runner = local_runner(args)
+    runner = make_runner(args)
     options = TuningOptions(
         num_measure_trials=args.trials or DEFAULT_TRIALS_PER_TASK * len(tasks),
         num_measures_per_round=args.per_round,

@@ -16,6 +16,7 @@ and where. A tracker that restarts is reconnected to for `reconnect_seconds`.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,6 +63,7 @@ class TrackerClient:
         self.reconnect_seconds = reconnect_seconds
         self.limits = limits
         self._channel: Channel | None = None
+        self._lock = threading.Lock()
 
     def __enter__(self) -> TrackerClient:
         return self
@@ -95,6 +97,11 @@ class TrackerClient:
         )  # fmt: skip
 
     def _call(self, header: Header, timeout: float | None, what: str) -> dict[str, Any]:
+        # One request at a time on the connection (RPCRunner's threads share it).
+        with self._lock:
+            return self._call_locked(header, timeout, what)
+
+    def _call_locked(self, header: Header, timeout: float | None, what: str) -> dict[str, Any]:
         deadline = time.monotonic() + self.reconnect_seconds
         while True:
             try:
@@ -103,8 +110,10 @@ class TrackerClient:
                 return reply
             except RemoteError as error:
                 raise RPCError(f"the tracker at {self.host}:{self.port}: {_strip(error)}") from None
-            except (ConnectionLost, RPCTimeout) as error:
-                self.close()
+            except RPCError as error:
+                self.close()  # a connection in an unknown state is not used again
+                if not isinstance(error, ConnectionLost | RPCTimeout):
+                    raise
                 # A tracker that restarts comes back within seconds; a timeout while
                 # waiting for a board is the answer, not a reason to retry.
                 if isinstance(error, RPCTimeout) or time.monotonic() > deadline:
@@ -213,8 +222,8 @@ class RemoteSession:
             path = Path(data)
             try:
                 contents = path.read_bytes()
-            except OSError as error:
-                raise RPCError(f"cannot read {str(path)!r} to upload it: {error}") from None
+            except OSError as error:  # this machine's problem, not the board's
+                raise EmberError(f"cannot read {str(path)!r} to upload it: {error}") from None
             name = name or path.name
         self.call({"op": "upload", "name": name}, [contents], timeout)
         return name

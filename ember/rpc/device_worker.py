@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import os
 import struct
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -107,8 +108,8 @@ class DeviceWorker:
     with "ok" or with "failure" (an ErrorKind value) and "message"."""
 
     def __init__(self) -> None:
-        self._timers: dict[str, Any] = {}
-        self._arguments: OrderedDict[str, bytes] = OrderedDict()
+        self._timers: dict[tuple[str, int, int], Any] = {}
+        self._arguments: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
         self._artifacts: dict[str, _Artifact] = {}
         self._pins = LibraryPins()
 
@@ -167,19 +168,23 @@ class DeviceWorker:
         return buffers
 
     def _argument_bytes(self, path: str) -> bytes:
-        if path in self._arguments:
-            self._arguments.move_to_end(path)
+        # By file identity, not name: an upload under the same name is a new file.
+        status = os.stat(path)
+        key = (path, status.st_ino, status.st_mtime_ns)
+        if key in self._arguments:
+            self._arguments.move_to_end(key)
         else:
             with open(path, "rb") as stream:
-                self._arguments[path] = stream.read()
+                self._arguments[key] = stream.read()
             while len(self._arguments) > _CACHED_ARGUMENT_FILES:
                 self._arguments.popitem(last=False)
-        return self._arguments[path]
+        return self._arguments[key]
 
     def _time(self, address: int, buffers: list[Buffer], request: Reply) -> Reply:
-        timer = request["timer"]
+        status = os.stat(request["timer"])
+        timer = (request["timer"], status.st_ino, status.st_mtime_ns)
         if timer not in self._timers:
-            self._timers[timer] = load_timer(timer)
+            self._timers[timer] = load_timer(request["timer"])
         count = max(1, len(buffers))
         arg_bytes = (ctypes.c_int64 * count)(*(b.nbytes for b in buffers))
         is_weight = (ctypes.c_int32 * count)(*(int(a[2]) for a in request["args"]))

@@ -27,6 +27,7 @@ and a handshake within `Limits.handshake_timeout` (slow senders are dropped).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import ipaddress
@@ -334,8 +335,17 @@ def _receive_plain(sock: socket.socket, limits: Limits, deadline: float, what: s
     return header
 
 
-def _proof(token: bytes, label: bytes, first: bytes, second: bytes) -> str:
-    return hmac.new(token, label + first + second, hashlib.sha256).hexdigest()
+def _proof(token: bytes, label: bytes, first: bytes, second: bytes, message: Header) -> str:
+    """HMAC of the two nonces and of what the prover said (its hello or greeting), so
+    nobody on the path can alter a registration or a greeting unnoticed."""
+    said = {k: v for k, v in message.items() if k not in ("proof", "blobs")}
+    digest = hashlib.sha256(json.dumps(said, sort_keys=True, separators=(",", ":")).encode())
+    return hmac.new(token, label + first + second + digest.digest(), hashlib.sha256).hexdigest()
+
+
+def _proof_matches(header: Header, expected: str) -> bool:
+    proof = header.get("proof")
+    return isinstance(proof, str) and hmac.compare_digest(proof.encode(), expected.encode())
 
 
 def _nonce(header: Header, peer: str) -> bytes:
@@ -384,13 +394,14 @@ def _connector_handshake(
         raise RemoteError(f"{where} refused the connection: {greeting['error']}")
     acceptor_nonce = _nonce(greeting, where)
     own_nonce = secrets.token_bytes(_NONCE_BYTES)
-    proof = _proof(token, b"connector", acceptor_nonce, own_nonce)
-    _send_plain(sock, {**hello, "nonce": own_nonce.hex(), "proof": proof})
+    hello = {**hello, "nonce": own_nonce.hex()}
+    proof = _proof(token, b"connector", acceptor_nonce, own_nonce, hello)
+    _send_plain(sock, {**hello, "proof": proof})
     answer = _receive_plain(sock, limits, deadline, f"the authentication answer of {where}")
     if "error" in answer:
         raise AuthenticationError(f"{where} refused the connection: {answer['error']}")
-    expected = _proof(token, b"acceptor", own_nonce, acceptor_nonce)
-    if not hmac.compare_digest(str(answer.get("proof", "")), expected):
+    expected = _proof(token, b"acceptor", own_nonce, acceptor_nonce, greeting)
+    if not _proof_matches(answer, expected):
         raise AuthenticationError(
             f"{where} could not prove it holds the token: it is not the tracker or server "
             "you meant, or it uses another token"
@@ -423,18 +434,17 @@ def accept(
         _send_plain(sock, {"error": message})
         raise ProtocolError(f"{peer}: {message}")
     own_nonce = secrets.token_bytes(_NONCE_BYTES)
-    _send_plain(
-        sock, {"service": service, "version": PROTOCOL_VERSION, "nonce": own_nonce.hex(),
-               "auth": token is not None},
-    )  # fmt: skip
+    greeting = {"service": service, "version": PROTOCOL_VERSION, "nonce": own_nonce.hex(),
+                "auth": token is not None}  # fmt: skip
+    _send_plain(sock, greeting)
     hello = _receive_plain(sock, limits, deadline, f"the hello of {peer}")
     peer_nonce = _nonce(hello, peer)
     key_material = token or b""
-    expected = _proof(key_material, b"connector", own_nonce, peer_nonce)
-    if not hmac.compare_digest(str(hello.get("proof", "")), expected):
+    expected = _proof(key_material, b"connector", own_nonce, peer_nonce, hello)
+    if not _proof_matches(hello, expected):
         _send_plain(sock, {"error": "authentication failed: wrong or missing RPC token"})
         raise AuthenticationError(f"{peer} failed authentication (wrong or missing token)")
-    _send_plain(sock, {"proof": _proof(key_material, b"acceptor", peer_nonce, own_nonce)})
+    _send_plain(sock, {"proof": _proof(key_material, b"acceptor", peer_nonce, own_nonce, greeting)})
     key = hmac.new(key_material, b"session" + own_nonce + peer_nonce, hashlib.sha256).digest()
     return Channel(sock, key, False, limits), hello
 
@@ -475,7 +485,8 @@ def listen(host: str, port: int, what: str) -> socket.socket:
         sock.listen(128)
     except OSError as error:
         sock.close()
-        hint = "; another process holds it: choose another --port" if error.errno == 98 else ""
+        taken = error.errno == errno.EADDRINUSE
+        hint = "; another process holds it: choose another --port" if taken else ""
         raise RPCError(
             f"cannot listen for the {what} on {host}:{port}: {error.strerror or error}{hint}"
         ) from None

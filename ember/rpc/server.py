@@ -24,6 +24,7 @@ Standard library only: a board needs Python 3 and this package (`ember rpc bundl
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -95,6 +96,9 @@ class DeviceServer(Service):
         limits: Limits = DEFAULT_LIMITS,
         session_limits: SessionLimits = SessionLimits(),
     ) -> None:
+        # No message needs to be much larger than the largest upload.
+        frame_bytes = min(limits.max_frame_bytes, session_limits.max_upload_bytes + 2**20)
+        limits = dataclasses.replace(limits, max_frame_bytes=frame_bytes)
         super().__init__(host, port, token, "device server", limits, max_connections=64)
         if tracker is not None and not key:
             raise RPCError("a server that registers with a tracker needs a --key")
@@ -112,6 +116,7 @@ class DeviceServer(Service):
         self._active_ticket: str | None = None
         self._link: Channel | None = None
         self._link_thread: threading.Thread | None = None
+        self._session: Session | None = None
 
     def start(self) -> None:
         super().start()
@@ -122,6 +127,9 @@ class DeviceServer(Service):
             self._link_thread.start()
 
     def stop(self) -> None:
+        session = self._session
+        if session is not None:  # a candidate may be running for an hour: end it now
+            session.abort()
         super().stop()
         link = self._link
         if link is not None:
@@ -152,33 +160,48 @@ class DeviceServer(Service):
     def _registered_session(self) -> None:
         assert self.tracker is not None and self.key is not None
         host, port = self.tracker
+        busy = self._active_ticket
         hello = {"role": "server", "key": self.key, "port": self.port, "device": self.device,
-                 "host": self.advertise_host, "busy_ticket": self._active_ticket}  # fmt: skip
+                 "host": self.advertise_host, "busy_ticket": busy}  # fmt: skip
         channel, _ = connect(host, port, self.token, hello, what="the tracker")
-        self._link = channel
         try:
             reply, _ = channel.receive(10.0, "the tracker's registration answer")
             if "error" in reply:
                 raise RPCError(f"the tracker refused the registration: {reply['error']}")
+            with self._tickets:  # tickets of a tracker that restarted are void
+                self._expected.clear()
+            self._link = channel
+            if busy is not None and busy != self._active_ticket:
+                # The session ended while registering, its "free" sent to no one.
+                channel.send({"op": "free", "ticket": busy})
             self.registered.set()
             log.info("server: registered with the tracker at %s:%d as key %s", host, port,
                      self.key)  # fmt: skip
-            last_ping = time.monotonic()
-            while not self.stopping:
-                try:
-                    message, _ = channel.receive(1.0, "the tracker")
-                    if message.get("op") == "expect" and isinstance(message.get("ticket"), str):
-                        with self._tickets:
-                            self._expected[message["ticket"]] = time.monotonic() + TICKET_SECONDS
-                            self._tickets.notify_all()
-                except RPCTimeout:
-                    pass
-                self._expire_tickets(channel)
-                if time.monotonic() - last_ping >= HEARTBEAT_SECONDS:
-                    channel.send({"op": "ping"})
-                    last_ping = time.monotonic()
+            self._follow_tracker(channel)
         finally:
             channel.close()
+
+    def _follow_tracker(self, channel: Channel) -> None:
+        """Take the tracker's tickets, ping it, and notice when it falls silent (a
+        tracker behind a dead link never closes the connection)."""
+        last_ping = last_heard = time.monotonic()
+        while not self.stopping:
+            try:
+                message, _ = channel.receive(1.0, "the tracker")
+                last_heard = time.monotonic()
+                if message.get("op") == "expect" and isinstance(message.get("ticket"), str):
+                    with self._tickets:
+                        self._expected[message["ticket"]] = time.monotonic() + TICKET_SECONDS
+                        self._tickets.notify_all()
+            except RPCTimeout:
+                if time.monotonic() - last_heard > 3 * HEARTBEAT_SECONDS:
+                    raise RPCTimeout(
+                        f"the tracker has not answered for {3 * HEARTBEAT_SECONDS:g} s"
+                    ) from None
+            self._expire_tickets(channel)
+            if time.monotonic() - last_ping >= HEARTBEAT_SECONDS:
+                channel.send({"op": "ping"})
+                last_ping = time.monotonic()
 
     def _expire_tickets(self, channel: Channel) -> None:
         now = time.monotonic()
@@ -218,8 +241,10 @@ class DeviceServer(Service):
             channel.send({"ok": True, "device": self.device})
             log.info("server: session from %s", channel.peer)
             with Session(channel, self.work_dir, self.session_limits, self.device) as session:
+                self._session = session
                 session.serve()
         finally:
+            self._session = None
             self.sessions_served += 1
             self._active_ticket = None
             self._busy.release()
@@ -258,13 +283,14 @@ class Session:
         self._worker: Worker | None = None
         self._threads: int | None = None
         self._extractions = 0
+        self._aborted = False
         self._started = time.monotonic()
 
     def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop_worker()
+        self.stop_worker()
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def serve(self) -> None:
@@ -288,6 +314,9 @@ class Session:
                 reply, reply_blobs = handler(request, blobs)
             except (SessionError, KeyError, TypeError, ValueError, OSError) as error:
                 reply, reply_blobs = {"error": _describe(error)}, []
+            except Exception as error:  # a request the checks missed: answered, logged
+                log.exception("server: request %r failed", op)
+                reply, reply_blobs = {"error": f"the board failed: {_describe(error)}"}, []
             self.channel.send(reply, reply_blobs)
 
     # -- files --------------------------------------------------------------------------
@@ -332,10 +361,16 @@ class Session:
             )
         if name not in self.files and len(self.files) >= self.limits.max_files:
             raise SessionError(f"the session already holds {len(self.files)} files, its limit")
-        path = self.directory / name
+        # A new file, then renamed over the old one: a library the helper still has
+        # mapped under this name is never rewritten in place.
+        partial = self.directory / f".{name}.partial"
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-        with os.fdopen(os.open(path, flags, 0o600), "wb") as stream:
-            stream.write(contents)
+        try:
+            with os.fdopen(os.open(partial, flags, 0o600), "wb") as stream:
+                stream.write(contents)
+            os.replace(partial, self.directory / name)
+        finally:
+            partial.unlink(missing_ok=True)
         self.files[name] = len(contents)
 
     def _uploaded(self, name: object) -> str:
@@ -460,7 +495,9 @@ class Session:
                     with stream, open(target / member_name, "xb") as out:
                         shutil.copyfileobj(stream, out, 1 << 20)
                     sizes[member_name] = member.size
-        except (tarfile.TarError, EOFError) as error:
+        except SessionError:
+            raise
+        except Exception as error:  # tarfile's, or its decompressors' (zlib, lzma, ...)
             raise SessionError(f"{name} is not an Ember artifact (.tar): {error}") from None
         missing = [m for m in _ARTIFACT_MEMBERS if m not in sizes]
         if missing:
@@ -489,18 +526,30 @@ class Session:
 
     def _worker_for(self, threads: int | None) -> Worker:
         if self._worker is not None and self._threads != threads:
-            self._stop_worker()
+            self.stop_worker()
         if self._worker is None:
             env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
+            env["TMPDIR"] = str(self.directory)  # what uploaded code writes stays here
             try:
-                worker = Worker(DEVICE_WORKER, env)
+                worker = Worker(DEVICE_WORKER, env, cwd=str(self.directory))
                 worker.wait_ready()
             except WorkerError as error:
                 raise SessionError(f"cannot start the board's helper process: {error}") from None
             self._worker, self._threads = worker, threads
+            if self._aborted:  # the server stopped while this helper started
+                self.stop_worker()
+                raise SessionError("the server is stopping")
         return self._worker
 
-    def _stop_worker(self) -> None:
+    def abort(self) -> None:
+        """End the work in progress (from another thread): the request waiting on the
+        helper ends as a crash, and the session then ends with the server."""
+        self._aborted = True  # before looking: a helper starting now sees the flag
+        worker = self._worker
+        if worker is not None:
+            worker.signal_kill()
+
+    def stop_worker(self) -> None:
         if self._worker is not None:
             self._worker.close()
             self._worker = None

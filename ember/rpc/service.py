@@ -8,7 +8,9 @@ connection, the handshake, and a clean stop.
 
 A connection that does not complete the handshake (garbage, a wrong token, a slow
 sender, another protocol version) is refused and logged, and costs the others
-nothing. At most `max_connections` are served at once; more are closed at once.
+nothing. At most `max_connections` authenticated connections are served at once, and
+at most MAX_HANDSHAKES_PER_HOST handshakes from one address are under way; more are
+refused at once.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from typing import Any
 
 from ember.rpc.protocol import (
@@ -30,6 +33,10 @@ from ember.rpc.protocol import (
 )
 
 log = logging.getLogger("ember.rpc")
+
+# Handshakes one source address may have under way at once (each ends within the
+# handshake timeout): a peer without the token cannot hold every slot.
+MAX_HANDSHAKES_PER_HOST = 32
 
 
 class Service:
@@ -55,6 +62,8 @@ class Service:
         self.refused = 0  # connections refused at the handshake, for tests and logs
         self._listener: socket.socket | None = None
         self._connections: set[socket.socket] = set()
+        self._authenticated: set[socket.socket] = set()
+        self._handshakes: dict[str, int] = {}  # source address -> handshakes under way
         self._threads: set[threading.Thread] = set()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -94,34 +103,35 @@ class Service:
         assert self._listener is not None
         while not self._stopping.is_set():
             try:
-                sock, _ = self._listener.accept()
+                sock, address = self._listener.accept()
             except OSError:
                 if self._stopping.is_set():
                     return
+                time.sleep(0.1)  # out of file descriptors: let connections end first
                 continue
+            host = str(address[0])
             with self._lock:
-                crowded = len(self._connections) >= self.max_connections
+                crowded = self._handshakes.get(host, 0) >= MAX_HANDSHAKES_PER_HOST
                 if not crowded:
+                    self._handshakes[host] = self._handshakes.get(host, 0) + 1
                     self._connections.add(sock)
             if crowded:
-                log.warning("%s: refused a connection: %d already open", self.name,
-                            self.max_connections)  # fmt: skip
+                self.refused += 1
+                log.warning("%s: refused a connection from %s: %d handshakes already under "
+                            "way from there", self.name, host, MAX_HANDSHAKES_PER_HOST)  # fmt: skip
                 close_socket(sock)
                 continue
-            thread = threading.Thread(target=self._serve, args=(sock,), daemon=True)
+            thread = threading.Thread(target=self._serve, args=(sock, host), daemon=True)
             with self._lock:
                 self._threads.add(thread)
             thread.start()
 
-    def _serve(self, sock: socket.socket) -> None:
+    def _serve(self, sock: socket.socket, host: str) -> None:
         try:
-            try:
-                channel, hello = accept(sock, self.token, self.name, self.limits)
-            except (RPCError, OSError) as error:
-                self.refused += 1
-                if not self._stopping.is_set():
-                    log.warning("%s: refused a connection: %s", self.name, error)
+            authenticated = self._authenticate(sock, host)
+            if authenticated is None:
                 return
+            channel, hello = authenticated
             try:
                 self.handle(channel, hello)
             except RPCError as error:
@@ -133,4 +143,36 @@ class Service:
             close_socket(sock)
             with self._lock:
                 self._connections.discard(sock)
+                self._authenticated.discard(sock)
                 self._threads.discard(threading.current_thread())
+
+    def _authenticate(
+        self, sock: socket.socket, host: str
+    ) -> tuple[Channel, dict[str, Any]] | None:
+        """The handshake; None (logged, counted) when the peer is refused. Only
+        authenticated connections count against max_connections: nobody without the
+        token can crowd the others out for longer than a handshake's timeout."""
+        try:
+            try:
+                channel, hello = accept(sock, self.token, self.name, self.limits)
+            finally:
+                with self._lock:
+                    self._handshakes[host] -= 1
+                    if not self._handshakes[host]:
+                        del self._handshakes[host]
+        except (RPCError, OSError) as error:
+            self.refused += 1
+            if not self._stopping.is_set():
+                log.warning("%s: refused a connection: %s", self.name, error)
+            return None
+        with self._lock:
+            crowded = len(self._authenticated) >= self.max_connections
+            if not crowded:
+                self._authenticated.add(sock)
+        if crowded:
+            channel.send({"error": f"the {self.name} already serves {self.max_connections} "
+                          "connections; try again later"})  # fmt: skip
+            log.warning("%s: refused %s: %d connections open", self.name, channel.peer,
+                        self.max_connections)  # fmt: skip
+            return None
+        return channel, hello

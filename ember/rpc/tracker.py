@@ -14,8 +14,8 @@ queued leaves the queue. Standard library only.
 Messages (JSON headers, see `ember.rpc.protocol`):
 
 - board: hello {"role": "server", "key", "port", "host"?, "device", "busy_ticket"?};
-  then {"op": "free", "ticket"} or {"op": "ping"}; the tracker sends {"op": "expect",
-  "ticket"}.
+  then {"op": "free", "ticket"} or {"op": "ping"} (answered {"op": "pong"}); the
+  tracker sends {"op": "expect", "ticket"}.
 - client: hello {"role": "client"}; then {"op": "request", "key", "priority",
   "timeout"} -> {"host", "port", "ticket", "key", "device"} or {"error"};
   {"op": "summary"} -> {"keys": {key: {"total", "free", "pending"}}, "servers": [...]}.
@@ -127,6 +127,8 @@ class Tracker(Service):
                 message, _ = channel.receive(3 * HEARTBEAT_SECONDS, "a heartbeat")
                 if message.get("op") == "free":
                     self._release(board, str(message.get("ticket")))
+                elif message.get("op") == "ping":
+                    channel.send({"op": "pong"})  # the board's sign that we are alive
         except RPCError as error:
             log.info("tracker: board %d (%s at %s:%d) left: %s", board.id, board.key,
                      board.host, board.port, error)  # fmt: skip

@@ -226,3 +226,42 @@ def test_a_board_that_hangs_costs_only_its_candidate(
     finally:
         stuck.kill()
         stuck.wait(WAIT)
+
+
+def test_a_board_for_another_target_is_refused_every_time(
+    farm: Farm, softmax: tuple[MeasureInput, BuildResult]
+) -> None:
+    from ember.rpc.client import TargetMismatch
+
+    farm.add_server(KEY)
+    graph, params = ember.testing.get_workload("resnet-18", image_shape=(3, 32, 32))
+    tasks, _ = extract_tasks(graph, params, "llvm -mtriple=aarch64-linux-gnu -mattr=+neon")
+    arm_task = next(t for t in tasks if t.desc == "softmax")
+    arm_input = MeasureInput(arm_task, default_schedule(arm_task.compute_dag, arm_task.target))
+    with runner_for(farm, n_parallel=1, min_repeat_ms=0) as runner:
+        for _ in range(2):  # the board went back to the runner: no wait for it the second time
+            with pytest.raises(TargetMismatch, match="the board is x86_64"):
+                runner.run([arm_input], [softmax[1]])
+        assert runner.run([softmax[0]], [softmax[1]])[0].ok
+
+
+def test_stopping_a_server_ends_a_running_candidate_and_cleans_up(
+    farm: Farm, softmax: tuple[MeasureInput, BuildResult], tmp_path: Path
+) -> None:
+    import threading
+
+    server = farm.add_server(KEY, work_dir=str(tmp_path))
+    measure_input, good = softmax
+    spin = faulty(compile_shared([FAULTY_C], "llvm"), "spin", good)
+    results = []
+    with runner_for(farm, n_parallel=1, timeout=HANG_GUARD, request_timeout=1.0) as runner:
+        thread = threading.Thread(
+            target=lambda: results.extend(runner.run([measure_input], [spin]))
+        )
+        thread.start()
+        wait_until(lambda: any(tmp_path.glob("ember-session-*/candidate-*.so")), "the upload")
+        server.stop()  # the candidate would spin for HANG_GUARD seconds
+        thread.join(WAIT)
+        assert not thread.is_alive()
+    assert results[0].error is ErrorKind.RUNTIME
+    assert not list(tmp_path.glob("ember-session-*")), "the work directory was left behind"

@@ -476,3 +476,64 @@ def test_listening_beyond_loopback_needs_a_token(
     assert "`ember rpc token -o FILE`" in str(error.value)
     make("0.0.0.0", 0, token)  # with one it may (not started: tests stay on loopback)
     make(HOST, 0)  # and on loopback without one
+
+
+# -- what the handshake proves, and who may hold its slots --------------------------------
+
+
+@pytest.mark.parametrize("tampered", ["key", "host", "port", "busy_ticket"])
+def test_a_registration_altered_on_the_way_is_refused(
+    tracker: Tracker, token: bytes, tampered: str
+) -> None:
+    # The proof covers the whole hello: someone on the path who rewrites where a board
+    # is, or says it is busy for good, is refused even with the nonces relayed intact.
+    hello = {"role": "server", "key": "board", "port": 9090, "host": "127.0.0.1",
+             "busy_ticket": None, "device": {"arch": "x86_64"}}  # fmt: skip
+    with raw_connection(tracker) as sock:
+        sock.sendall(_PREAMBLE.pack(MAGIC, PROTOCOL_VERSION, 0))
+        greeting = receive_greeting(sock)
+        own_nonce = bytes(range(16))
+        honest = {**hello, "nonce": own_nonce.hex()}
+        proof = protocol._proof(token, b"connector", bytes.fromhex(greeting["nonce"]),
+                                own_nonce, honest)  # fmt: skip
+        altered = {**honest, tampered: {"key": "evil", "host": "10.6.6.6", "port": 6666,
+                                        "busy_ticket": "forged"}[tampered]}  # fmt: skip
+        sock.sendall(plain_frame({**altered, "proof": proof}))
+        answer = receive_greeting(sock)
+    assert "authentication failed" in answer["error"]
+    assert tracker.summary()["servers"] == []
+    assert_serves(tracker, token)
+
+
+@pytest.mark.parametrize("proof", ["é" * 64, 64, None, ["00"]])
+def test_a_proof_of_the_wrong_kind_is_refused(service: Service, token: bytes, proof: Any) -> None:
+    refused = service.refused
+    with raw_connection(service) as sock:
+        sock.sendall(_PREAMBLE.pack(MAGIC, PROTOCOL_VERSION, 0))
+        receive_greeting(sock)
+        sock.sendall(plain_frame({"role": "client", "nonce": bytes(16).hex(), "proof": proof}))
+        assert "authentication failed" in receive_greeting(sock)["error"]
+    wait_until(lambda: service.refused == refused + 1, "the refusal counted", GUARD)
+    assert_serves(service, token)
+
+
+def test_idle_connections_from_one_address_cannot_lock_others_out(
+    service: Service, token: bytes
+) -> None:
+    # Without the token one can only open connections and stay silent: those of one
+    # address beyond MAX_HANDSHAKES_PER_HOST are closed at once, and none of them
+    # takes a slot of the authenticated connections.
+    from ember.rpc.service import MAX_HANDSHAKES_PER_HOST
+
+    crowd = []
+    try:
+        for _ in range(max(MAX_HANDSHAKES_PER_HOST, service.max_connections) + 4):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.2", 0))  # another loopback address: the attacker's
+            sock.connect((HOST, service.port))
+            crowd.append(sock)
+        assert read_until_closed(crowd[-1]) == b""  # one too many: closed at once
+        assert_serves(service, token)  # from 127.0.0.1, while the crowd waits
+    finally:
+        for sock in crowd:
+            sock.close()

@@ -251,6 +251,35 @@ def test_an_artifact_uploaded_again_is_loaded_anew(server: DeviceServer, token: 
             remote.load_module("net.tar")
 
 
+@pytest.mark.parametrize("compression", ["gz", "xz", "bz2"])
+def test_a_corrupt_compressed_artifact_is_answered(
+    server: DeviceServer, token: bytes, compression: str
+) -> None:
+    # tarfile's decompressors raise their own errors (zlib.error, LZMAError, OSError).
+    magic = {"gz": b"\x1f\x8b\x08\x00", "xz": b"\xfd7zXZ\x00", "bz2": b"BZh9"}[compression]
+    with session_on(server, token) as remote:
+        remote.upload(magic + bytes(range(256)) * 4, "net.tar")
+        with pytest.raises(RPCError, match="not an Ember artifact"):
+            remote.load_module("net.tar")
+        assert set(remote.files()) == {"net.tar"}  # nothing extracted is left behind
+
+
+def test_numbers_out_of_range_are_answered(server: DeviceServer, token: bytes) -> None:
+    host_library = Path(_ctypes.__file__).read_bytes()  # passes the architecture check
+    request = {"op": "time", "library": "kernel.so", "timer": "timer.so", "arguments": "a",
+               "symbol": "s", "args": [], "number": 1, "repeat": 1, "min_repeat_ms": 0,
+               "cooldown_ms": 0, "flush_cache": 0, "cold_weights": 0}  # fmt: skip
+    with session_on(server, token) as remote:
+        for name, contents in (("kernel.so", host_library), ("timer.so", host_library)):
+            remote.upload(contents, name)
+        remote.upload(b"", "a")
+        for field, value in [("number", 10**400), ("repeat", -1), ("number", 2**31),
+                             ("repeat", "3"), ("min_repeat_ms", 10**400)]:  # fmt: skip
+            with pytest.raises(RPCError, match=r"must be an integer|bad request|failed"):
+                remote.call({**request, field: value})
+        assert set(remote.files()) == {"kernel.so", "timer.so", "a"}
+
+
 # -- the tracker's boards ---------------------------------------------------------------
 
 
