@@ -59,6 +59,7 @@ DEVICE_WORKER = "ember.rpc.device_worker"
 TICKET_SECONDS = 30.0
 # A client may reach the board before the tracker's "expect" does.
 _TICKET_GRACE_SECONDS = 5.0
+_SESSION_PREFIX = "ember-session-"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
 _ARTIFACT_MEMBERS = ("mod.so", "mod.json", "mod.params")
 # ELF e_machine values of the architectures Ember builds for.
@@ -119,6 +120,7 @@ class DeviceServer(Service):
         self._session: Session | None = None
 
     def start(self) -> None:
+        _remove_stale_sessions(Path(self.work_dir or tempfile.gettempdir()))
         super().start()
         if self.tracker is not None:
             self._link_thread = threading.Thread(
@@ -277,7 +279,8 @@ class Session:
         self.channel = channel
         self.limits = limits
         self.device = device
-        self.directory = Path(tempfile.mkdtemp(prefix="ember-session-", dir=work_dir))
+        prefix = f"{_SESSION_PREFIX}{os.getpid()}-"  # whose it is: see _remove_stale_sessions
+        self.directory = Path(tempfile.mkdtemp(prefix=prefix, dir=work_dir))
         self.files: dict[str, int] = {}  # uploaded or extracted name -> bytes
         self.modules: dict[str, Path] = {}  # module name -> extraction directory
         self._worker: Worker | None = None
@@ -553,6 +556,22 @@ class Session:
         if self._worker is not None:
             self._worker.close()
             self._worker = None
+
+
+def _remove_stale_sessions(work_dir: Path) -> None:
+    """Remove the work directories of sessions whose server process is gone (killed,
+    or the board lost power) so that they do not pile up on a board."""
+    for directory in work_dir.glob(f"{_SESSION_PREFIX}*-*"):
+        owner = directory.name.removeprefix(_SESSION_PREFIX).split("-", 1)[0]
+        if not owner.isdigit() or int(owner) == os.getpid():
+            continue
+        try:
+            os.kill(int(owner), 0)
+        except ProcessLookupError:
+            log.info("server: removing %s, left by a server that has gone", directory)
+            shutil.rmtree(directory, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's live process
 
 
 def check_library_architecture(path: Path, arch: str) -> None:

@@ -5,9 +5,11 @@ test that started them."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +47,8 @@ class Farm:
         self.tracker.start()
         self.servers: list[DeviceServer] = []
         self.processes: list[subprocess.Popen[str]] = []
+        # Where server processes keep sessions: a killed one cannot clean up.
+        self.work_dir = tempfile.mkdtemp(prefix="ember-farm-")
 
     @property
     def address(self) -> str:
@@ -63,7 +67,7 @@ class Farm:
         """`ember server` in its own process (killable), registered before it returns."""
         before = board_counts(self.tracker, key)["total"]
         command = [sys.executable, "-m", "ember.cli", "server", "--tracker", self.address,
-                   "--key", key, "--port", "0", *extra]  # fmt: skip
+                   "--key", key, "--port", "0", "--work-dir", self.work_dir, *extra]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         process = subprocess.Popen(
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -100,3 +104,4 @@ class Farm:
         for server in self.servers:
             server.stop()
         self.tracker.stop()
+        shutil.rmtree(self.work_dir, ignore_errors=True)

@@ -171,3 +171,16 @@ def test_the_bundle_holds_every_device_module() -> None:
     for module in set(SERVER_MODULES) - {"ember.rpc.bundle"}:  # the host writes it
         path = module.replace(".", "/") + ".py"
         assert path in BUNDLED_MODULES or path.replace(".py", "/__init__.py") in BUNDLED_MODULES
+
+
+def test_a_server_removes_what_dead_servers_left(farm: Farm, tmp_path: Path) -> None:
+    import os
+
+    dead = tmp_path / "ember-session-999999999-x1"  # no such process
+    alive = tmp_path / f"ember-session-{os.getppid()}-x2"  # a live process's session
+    other = tmp_path / "ember-session-notapid"
+    for directory in (dead, alive, other):
+        directory.mkdir()
+        (directory / "candidate.so").write_bytes(b"left")
+    farm.add_server(KEY, work_dir=str(tmp_path))
+    assert not dead.exists() and alive.exists() and other.exists()
