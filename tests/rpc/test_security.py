@@ -54,33 +54,9 @@ from ember.rpc.tracker import Tracker
 
 
 @pytest.fixture
-def token(tmp_path: Path) -> bytes:
-    return new_token(tmp_path / "token")
-
-
-@pytest.fixture
 def wrong_token_file(tmp_path: Path) -> Path:
     new_token(tmp_path / "wrong-token")
     return tmp_path / "wrong-token"
-
-
-@pytest.fixture
-def started() -> Iterator[Services]:
-    services = Services()
-    try:
-        yield services
-    finally:
-        services.stop_all()
-
-
-@pytest.fixture
-def tracker(started: Services, token: bytes) -> Tracker:
-    return started.start(make_tracker(token))
-
-
-@pytest.fixture
-def server(started: Services, token: bytes, tmp_path: Path) -> DeviceServer:
-    return started.start(make_server(token, tmp_path, session_limits=SESSION_LIMITS))
 
 
 @pytest.fixture(params=["tracker", "device server"])

@@ -16,7 +16,6 @@ import io
 import json
 import logging
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,6 @@ from loopback import (
     Services,
     assert_serves,
     make_server,
-    make_tracker,
-    new_token,
     session_on,
     tracker_client,
 )
@@ -44,31 +41,6 @@ from ember.rpc.server import DeviceServer, SessionError, SessionLimits, check_li
 from ember.rpc.tracker import Tracker
 
 HOST_SO = Path(_ctypes.__file__)  # a real shared library built for this machine
-
-
-@pytest.fixture
-def token(tmp_path: Path) -> bytes:
-    return new_token(tmp_path / "token")
-
-
-@pytest.fixture
-def started() -> Iterator[Services]:
-    services = Services()
-    try:
-        yield services
-    finally:
-        services.stop_all()
-
-
-@pytest.fixture
-def tracker(started: Services, token: bytes) -> Tracker:
-    return started.start(make_tracker(token))
-
-
-@pytest.fixture
-def server(started: Services, token: bytes, tmp_path: Path) -> DeviceServer:
-    """A device server without a tracker: anyone holding the token gets a session."""
-    return started.start(make_server(token, tmp_path, session_limits=SESSION_LIMITS))
 
 
 @pytest.fixture
