@@ -47,7 +47,13 @@ from ember.autoschedule.runner import (
 )
 from ember.autoschedule.task import SearchTask
 from ember.errors import EmberError
-from ember.rpc.client import RemoteSession, TargetMismatch, TrackerClient, check_compatible
+from ember.rpc.client import (
+    RemoteSession,
+    TargetMismatch,
+    TrackerClient,
+    check_compatible,
+    device_notes,
+)
 from ember.rpc.protocol import RemoteError, RPCError, load_token
 from ember.toolchain import compile_shared
 
@@ -267,6 +273,8 @@ class _Board:
             what = f"code for task {task.workload_key[:24]}..."
             check_compatible(target, required_cpu_features(task.target), self.session.device,
                              what)  # fmt: skip
+            for note in device_notes(target, self.session.device):
+                log.warning("RPCRunner: %s: %s", self.session.where, note)
             self.checked_targets.add(target)
 
     def _timer(self, task: SearchTask) -> str:

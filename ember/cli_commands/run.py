@@ -218,12 +218,14 @@ def _remote_session(args: argparse.Namespace) -> RemoteSession:
 
 def _load_remote(session: RemoteSession, path: Path) -> RemoteModule:
     """Upload the artifact and load it on the board, after checking it can run there."""
-    from ember.rpc.client import check_compatible
+    from ember.rpc.client import check_compatible, device_notes
     from ember.runtime import read_metadata
     from ember.runtime.module import ModuleInfo
 
     info = ModuleInfo.from_metadata(read_metadata(path), str(path))
     check_compatible(info.target, info.cpu_features, session.device, str(path))
+    for note in device_notes(info.target, session.device):
+        print(f"note: {note}", file=sys.stderr)
     return session.load_module(session.upload(path, "artifact.tar"))  # any file name
 
 

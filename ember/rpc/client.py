@@ -353,6 +353,35 @@ def check_compatible(
         )
 
 
+# Features worth tuning for that a board may have and a target string may not name.
+_NOTABLE_FEATURES = ("avx2", "fma", "avx512f", "avx512vnni", "avxvnni", "dotprod", "i8mm", "sve")
+
+
+def device_notes(target: str, device: dict[str, Any]) -> list[str]:
+    """Where the board differs from what the compiler assumes of `target` (its device
+    model: cores, vector features): code still runs, but is tuned for another machine.
+    Each note says which target option to add."""
+    from ember.device import device_model
+    from ember.target import Target
+
+    model = device_model(Target(target))
+    notes = []
+    cores = device.get("cores")
+    if isinstance(cores, int) and cores > 0 and cores != model.num_cores:
+        notes.append(
+            f"the board has {cores} cores and target {target!r} assumes {model.num_cores}: "
+            f"add -num-cores={cores} to tune and build for the board"
+        )
+    present = set(device.get("features", ()))
+    unused = [f for f in _NOTABLE_FEATURES if f in present and f not in model.features]
+    if unused:
+        notes.append(
+            f"the board's CPU has {', '.join(unused)}, which code for target {target!r} does "
+            f"not use: add -mattr=+{',+'.join(unused)} (or name its -mcpu)"
+        )
+    return notes
+
+
 def _raise_failure(reply: dict[str, Any], what: str) -> None:
     if "failure" in reply:
         raise RPCError(f"{what} failed: {reply.get('message', 'no message')}")

@@ -184,3 +184,14 @@ def test_a_server_removes_what_dead_servers_left(farm: Farm, tmp_path: Path) -> 
         (directory / "candidate.so").write_bytes(b"left")
     farm.add_server(KEY, work_dir=str(tmp_path))
     assert not dead.exists() and alive.exists() and other.exists()
+
+
+def test_a_board_unlike_the_target_gets_a_note() -> None:
+    from ember.rpc.client import device_notes
+
+    target = "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"  # 4 cores, no dotprod
+    pi5_like = {"arch": "aarch64", "cores": 8, "features": ["asimd", "neon", "dotprod"]}
+    cores, features = device_notes(target, pi5_like)
+    assert "-num-cores=8" in cores and "-mattr=+dotprod" in features
+    assert device_notes(target, {"arch": "aarch64", "cores": 4, "features": ["neon"]}) == []
+    assert device_notes(target, {"arch": "aarch64", "cores": 4, "features": []}) == []
