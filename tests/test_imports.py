@@ -56,6 +56,7 @@ SERVER_MODULES = (
     "ember.rpc.protocol",
     "ember.rpc.server",
     "ember.rpc.service",
+    "ember.rpc.session",
     "ember.rpc.tracker",
     "ember.runtime.abi",
     "ember.target",

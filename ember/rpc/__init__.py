@@ -8,9 +8,10 @@ the host's client (sessions, remote modules) that tuning and `ember run` use.
 
 Modules, in the order they build on each other: `protocol` (frames, authentication,
 limits), `service` (a listening socket with a thread per connection), `tracker`,
-`device_worker` (the board's helper process), `server` (the board's server),
-`client` (the host's side), `bundle` (the single-file device server). Everything but
-`client` and `bundle` uses the standard library only, so it runs on a bare board.
+`device_worker` (the board's helper process), `session` (one client's work on a
+board), `server` (the board's server), `client` (the host's side), `bundle` (the
+single-file device server). Everything but `client` and `bundle` uses the standard
+library only, so it runs on a bare board.
 Names import on first use.
 """
 
@@ -28,7 +29,8 @@ if TYPE_CHECKING:  # what __getattr__ imports, spelled out for type checkers
         connect_tracker,
     )
     from ember.rpc.protocol import RPCError
-    from ember.rpc.server import DeviceServer, SessionLimits
+    from ember.rpc.server import DeviceServer
+    from ember.rpc.session import SessionLimits
     from ember.rpc.tracker import Tracker
 
 _NAMES = {
@@ -39,7 +41,7 @@ _NAMES = {
     "connect_tracker": "ember.rpc.client",
     "RPCError": "ember.rpc.protocol",
     "DeviceServer": "ember.rpc.server",
-    "SessionLimits": "ember.rpc.server",
+    "SessionLimits": "ember.rpc.session",
     "Tracker": "ember.rpc.tracker",
 }
 

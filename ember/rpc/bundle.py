@@ -33,6 +33,7 @@ BUNDLED_MODULES = (
     "ember/rpc/protocol.py",
     "ember/rpc/service.py",
     "ember/rpc/tracker.py",
+    "ember/rpc/session.py",
     "ember/rpc/server.py",
     "ember/rpc/device_worker.py",
     "ember/cli_commands/__init__.py",

@@ -13,8 +13,9 @@ from farm import wait_until
 
 from ember.rpc.client import RemoteSession, TrackerClient, open_session
 from ember.rpc.protocol import Limits, load_token, write_token
-from ember.rpc.server import DeviceServer, SessionLimits
+from ember.rpc.server import DeviceServer
 from ember.rpc.service import Service
+from ember.rpc.session import SessionLimits
 from ember.rpc.tracker import Tracker
 
 HOST = "127.0.0.1"

@@ -37,7 +37,8 @@ from ember.rpc import protocol
 from ember.rpc import server as server_module
 from ember.rpc.client import open_session
 from ember.rpc.protocol import RPCError
-from ember.rpc.server import DeviceServer, SessionError, SessionLimits, check_library_architecture
+from ember.rpc.server import DeviceServer
+from ember.rpc.session import SessionError, SessionLimits, check_library_architecture
 from ember.rpc.tracker import Tracker
 
 HOST_SO = Path(_ctypes.__file__)  # a real shared library built for this machine
