@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-all lint clean cross-tools
+.PHONY: demo test test-all lint clean cross-tools arm-boards
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -38,10 +38,15 @@ cross-tools:
 	  fi; \
 	fi
 
-test: $(VENV)/.installed-test cross-tools
+# Emulated AArch64 boards (ember/testing/arm_board.py): Debian's arm64 Python run under
+# qemu-aarch64. Set up when we can (root with apt); otherwise those tests skip and say why.
+arm-boards: $(VENV)/.installed-base cross-tools
+	@if [ "$$(id -u)" = 0 ]; then $(BIN)/python -m ember.testing.arm_board --setup >/dev/null 2>&1 || true; fi
+
+test: $(VENV)/.installed-test cross-tools arm-boards
 	$(BIN)/python -m pytest -q
 
-test-all: $(VENV)/.installed-test cross-tools
+test-all: $(VENV)/.installed-test cross-tools arm-boards
 	HYPOTHESIS_PROFILE=explore $(BIN)/python -m pytest -q -m ''
 
 lint: $(VENV)/.installed-test

@@ -1,0 +1,111 @@
+"""Emulated AArch64 boards (`ember.testing.arm_board`: Debian's arm64 Python running the
+device server bundle under qemu-aarch64) behind a tracker: an AArch64 network runs on
+one with the reference interpreter's outputs, and candidates for an AArch64 task are
+timed and checked on two at once. Skips, saying why, where the boards cannot be set up
+(`python -m ember.testing.arm_board --setup`, which `make test` runs as root). Times
+under emulation mean nothing; only behaviour and numbers are checked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from farm import WAIT, Farm, board_counts, wait_until
+
+import ember
+from ember.autoschedule import LocalBuilder, extract_tasks
+from ember.autoschedule.measure import MeasureInput, release
+from ember.autoschedule.rpc_runner import RPCRunner
+from ember.cli import main
+from ember.graph import interpret
+from ember.schedule.default import default_schedule
+from ember.testing.arm_board import ArmBoard, unavailable_reason
+
+KEY = "rasp4b-64"
+TARGET = "llvm -mtriple=aarch64-linux-gnu -mattr=+neon"
+
+
+@pytest.fixture(scope="module")
+def arm_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"no emulated AArch64 board: {reason}")
+    farm = Farm()
+    boards = []
+    try:
+        for index in range(2):
+            work_dir = tmp_path_factory.mktemp(f"arm-board-{index}")
+            boards.append(ArmBoard(farm.address, KEY, work_dir=str(work_dir)))
+        wait_until(lambda: board_counts(farm.tracker, KEY)["total"] == 2, "two AArch64 boards")
+        yield farm
+    finally:
+        for board in boards:
+            board.stop()
+        farm.stop()
+
+
+def test_an_aarch64_network_runs_on_an_emulated_board(arm_farm: Farm, tmp_path: Path) -> None:
+    graph, params = ember.testing.get_workload("mlp", image_shape=(1, 16, 16), num_classes=10)
+    try:
+        library = ember.build(graph, TARGET, params=params)
+    except ember.EmberError as error:
+        pytest.skip(f"no aarch64 cross compiler: {error}")
+    artifact = library.export_library(tmp_path / "mlp-aarch64.tar")
+    x = np.random.default_rng(0).standard_normal((1, 1, 16, 16)).astype("float32")
+    np.savez(tmp_path / "x.npz", data=x)
+    command = ["run", str(artifact), "--rpc-tracker", arm_farm.address, "--rpc-key", KEY,
+               "--inputs", str(tmp_path / "x.npz"), "-o", str(tmp_path / "out.npz"),
+               "--print-time", "--repeat", "2"]  # fmt: skip
+    assert main(command) == 0
+    (expected,) = interpret(graph, params, {"data": x}).values()
+    remote = np.load(tmp_path / "out.npz")["output_0"]
+    np.testing.assert_allclose(remote, expected, rtol=1e-4, atol=1e-6)
+    devices = [server["device"] for server in arm_farm.tracker.summary()["servers"]]
+    assert [d["triple"] for d in devices] == ["aarch64-linux-gnu"] * 2
+
+
+def test_aarch64_candidates_are_timed_and_checked_on_two_boards(arm_farm: Farm) -> None:
+    graph, params = ember.testing.get_workload("resnet-18", image_shape=(3, 32, 32))
+    tasks, _ = extract_tasks(graph, params, TARGET)
+    chosen = [t for t in tasks if t.desc in ("softmax", "max_pool")]
+    inputs = [MeasureInput(t, default_schedule(t.compute_dag, t.target)) for t in chosen] * 2
+    host, port = arm_farm.address.split(":")
+    runner = RPCRunner(KEY, host, int(port), n_parallel=2, min_repeat_ms=0, timeout=WAIT)
+    with LocalBuilder(n_parallel=2) as builder, runner:
+        built = builder.build(inputs)
+        assert all(b.ok for b in built), [b.message for b in built]
+        results = runner.run(inputs, built)
+        assert runner.boards == 2
+        verdicts = [runner.check(i, b) for i, b in zip(inputs[:2], built[:2], strict=True)]
+        release(built)
+    assert all(r.ok for r in results), [r.message for r in results]
+    assert all(v.error.value == "none" for v in verdicts), [v.message for v in verdicts]
+
+
+def test_the_seeds_flow_on_emulated_boards(
+    arm_farm: Farm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The tutorial's steps with Ember's commands: tasks, tune through the tracker,
+    # compile with the records, run on a board; MobileNet at 64x64 to stay short.
+    model = ["mobilenet", "--layout", "NHWC", "--input-shapes", "data:[1,64,64,3]"]
+    log, artifact = tmp_path / "mobilenet-NHWCB1-llvm.json", tmp_path / "net.tar"
+    assert main(["tasks", *model, "--target", TARGET]) == 0
+    assert "Task 0" in capsys.readouterr().out
+    farm = ["--rpc-tracker", arm_farm.address, "--rpc-key", KEY]
+    assert main(["tune", *model, "--target", TARGET, *farm, "--trials", "16",
+                 "--per-round", "8", "--seed", "0", "-o", str(log)]) == 0  # fmt: skip
+    assert main(["compile", *model, "--target", TARGET, "--tuning-records", str(log),
+                 "-o", str(artifact)]) == 0  # fmt: skip
+    assert "tuned schedules:" in capsys.readouterr().out
+    x = np.random.default_rng(0).uniform(0, 1, (1, 64, 64, 3)).astype("float32")
+    np.savez(tmp_path / "x.npz", data=x)
+    assert main(["run", str(artifact), *farm, "--inputs", str(tmp_path / "x.npz"), "-o",
+                 str(tmp_path / "out.npz"), "--print-time", "--repeat", "3"]) == 0  # fmt: skip
+    assert "Execution time summary" in capsys.readouterr().out
+    graph, params = ember.testing.get_workload("mobilenet", layout="NHWC", image_shape=(64, 64, 3))
+    (expected,) = interpret(graph, params, {graph.inputs[0].name: x}).values()
+    np.testing.assert_allclose(
+        np.load(tmp_path / "out.npz")["output_0"], expected, rtol=1e-4, atol=1e-6
+    )
