@@ -109,3 +109,32 @@ def test_the_seeds_flow_on_emulated_boards(
     np.testing.assert_allclose(
         np.load(tmp_path / "out.npz")["output_0"], expected, rtol=1e-4, atol=1e-6
     )
+
+
+def test_every_kernel_family_on_an_emulated_board(arm_farm: Farm) -> None:
+    # Each op case of the kernel tests, as a task for the board's target under its
+    # default schedule, checked on the board against the DAG's reference evaluation.
+    from test_kernels import CASES, case_graph
+
+    inputs, seen = [], set()
+    for case in CASES:
+        graph, params, _ = case_graph(case)
+        tasks, _ = extract_tasks(graph, params, TARGET, include_simple_tasks=True)
+        for task in tasks:
+            if task.workload_key not in seen:
+                seen.add(task.workload_key)
+                inputs.append(MeasureInput(task, default_schedule(task.compute_dag, task.target)))
+    host, port = arm_farm.address.split(":")
+    runner = RPCRunner(KEY, host, int(port), n_parallel=2, min_repeat_ms=0, timeout=WAIT)
+    with LocalBuilder() as builder, runner:
+        built = builder.build(inputs)
+        assert all(b.ok for b in built), [b.message for b in built if not b.ok][:3]
+        verdicts = [runner.check(i, b) for i, b in zip(inputs, built, strict=True)]
+        release(built)
+    wrong = [
+        (i.task.desc, v.message)
+        for i, v in zip(inputs, verdicts, strict=True)
+        if v.error.value != "none"
+    ]
+    assert not wrong, wrong[:5]
+    assert len(inputs) > 100
