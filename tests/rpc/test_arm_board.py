@@ -138,3 +138,35 @@ def test_every_kernel_family_on_an_emulated_board(arm_farm: Farm) -> None:
     ]
     assert not wrong, wrong[:5]
     assert len(inputs) > 100
+
+
+def test_the_seeds_flow_from_python(arm_farm: Farm, tmp_path: Path) -> None:
+    from ember.autoschedule import RecordToFile, TaskScheduler, TuningOptions
+    from ember.rpc import connect_tracker
+
+    graph, params = ember.testing.get_workload(
+        "mobilenet", batch_size=1, layout="NHWC", image_shape=(32, 32, 3)
+    )
+    tasks, weights = extract_tasks(graph, params, ember.Target(TARGET))
+    log = str(tmp_path / "records.json")
+    host, port = arm_farm.address.split(":")
+    runner = RPCRunner(KEY, host, int(port), repeat=1, min_repeat_ms=0,
+                       enable_cpu_cache_flush=True, timeout=WAIT)  # fmt: skip
+    with runner:
+        TaskScheduler(tasks, weights).tune(TuningOptions(
+            num_measure_trials=8, num_measures_per_round=8, runner=runner,
+            measure_callbacks=[RecordToFile(log)], verbose=0,
+        ))  # fmt: skip
+    library = ember.build(graph, TARGET, params=params, tuning_records=log)
+    path = library.export_library(tmp_path / "net.tar")
+    x = np.random.default_rng(1).uniform(0, 1, (1, 32, 32, 3)).astype("float32")
+    tracker = connect_tracker(host, int(port))
+    with tracker, tracker.request(KEY, priority=1, timeout=WAIT) as remote:
+        remote.upload(path)
+        module = remote.load_module("net.tar")
+        module.set_input("data", x)
+        module.run()
+        output = module.get_output(0)
+        assert module.benchmark(repeat=2, min_repeat_ms=0).mean > 0
+    (expected,) = interpret(graph, params, {"data": x}).values()
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-6)
