@@ -299,11 +299,13 @@ def _choose_tile(state: State, anchor: int, shape: Sequence[int], target: Target
     if rows_axis is not None:
         row_extent = shape[rows_axis]
         max_rows = _rows_without_aliasing(expanded_reads(state, anchor), op.axes[rows_axis].var)
+    device = device_model(target)
     rows, vectors = _register_tile(
         row_extent,
         min(MAX_TILE_ROWS, max_rows),
         shape[last] // lanes,
-        device_model(target).vector_registers,
+        device.vector_registers,
+        scalar_registers=device.arch == "aarch64",
     )
     return _Tile(rows_axis, rows, vectors, lanes)
 
@@ -331,19 +333,29 @@ def _rows_without_aliasing(reads: Sequence[TensorRead], row: Var) -> int:
 
 
 def _register_tile(
-    row_extent: int, max_rows: int, vector_extent: int, registers: int
-) -> tuple[int, int]:
+    row_extent: int, max_rows: int, vector_extent: int, registers: int,
+    scalar_registers: bool = False,
+) -> tuple[int, int]:  # fmt: skip
     """Rows x vectors of a register tile: divisors of the extents (no tails), at most
     `max_rows` rows and `registers - 4` accumulators, the most of them first; among as
     many, one that also leaves a register per weight vector and one for the broadcast
     input (no spill), then the most rows (the fewest weight vectors to load per
-    tile)."""
+    tile).
+
+    `scalar_registers` (AArch64): every FMA operand is a register (x86's take the
+    broadcast input from memory), and GCC loads each row's input into a register of
+    its own, all of them before the FMAs: a tile fits when its accumulators, weight
+    vectors and one register per row do, and among those that fit, the most
+    accumulators, then the most FMAs per load."""
     candidates = [
         (rows, vectors)
         for rows in _divisors(row_extent, max_rows)
         for vectors in _divisors(vector_extent, MAX_TILE_VECTORS)
         if rows * vectors <= registers - 4
     ]
+    if scalar_registers:
+        fitting = [(r, v) for r, v in candidates if r * v + v + r <= registers] or candidates
+        return max(fitting, key=lambda t: (t[0] * t[1], t[0] * t[1] / (t[0] + t[1]), t[0]))
 
     def score(tile: tuple[int, int]) -> tuple[int, bool, int]:
         rows, vectors = tile
