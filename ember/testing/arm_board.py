@@ -179,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{args.count} emulated AArch64 board(s) registering with {args.tracker} as key "
           f"{args.key}; Ctrl-C stops them", flush=True)  # fmt: skip
+    # SIGTERM too: the boards are processes of their own and must not outlive this one.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         while all(board.process.poll() is None for board in boards):
             time.sleep(0.5)

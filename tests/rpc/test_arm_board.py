@@ -7,6 +7,7 @@ under emulation mean nothing; only behaviour and numbers are checked."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,3 +171,27 @@ def test_the_seeds_flow_from_python(arm_farm: Farm, tmp_path: Path) -> None:
         assert module.benchmark(repeat=2, min_repeat_ms=0).mean > 0
     (expected,) = interpret(graph, params, {"data": x}).values()
     np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_the_script_stops_its_boards_with_it(arm_farm: Farm) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from farm import ROOT
+
+    command = [sys.executable, "-m", "ember.testing.arm_board", "--tracker", arm_farm.address,
+               "--key", "scripted", "--count", "1"]  # fmt: skip
+    script = subprocess.Popen(
+        command, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: board_counts(arm_farm.tracker, "scripted")["total"] == 1, "the board")
+        script.send_signal(signal.SIGTERM)
+        assert script.wait(WAIT) == 0
+        # The board's process ended with the script: its link to the tracker is gone.
+        wait_until(lambda: board_counts(arm_farm.tracker, "scripted")["total"] == 0, "its end")
+    finally:
+        script.kill()
+        script.wait(WAIT)
