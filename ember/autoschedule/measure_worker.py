@@ -13,15 +13,13 @@ notice: it kills and restarts this process.
 
 from __future__ import annotations
 
-import ctypes
 import sys
 from collections import OrderedDict
-from collections.abc import Sequence
 
 import numpy as np
 
 from ember.autoschedule.measure import ArgSpec
-from ember.autoschedule.measure_abi import LibraryPins, load_timer, measure_status_text, unload
+from ember.autoschedule.measure_abi import CandidateFailure, CandidateLoader, Timer, call_packed
 from ember.autoschedule.records import ErrorKind
 from ember.autoschedule.reference import poison_outputs, reference_arguments
 from ember.autoschedule.runner import CheckRequest, TimeRequest, WorkerReply
@@ -35,68 +33,37 @@ class Measurer:
     """What the helper does with each request."""
 
     def __init__(self, timer_path: str) -> None:
-        self._measure = load_timer(timer_path)
+        self._timer = Timer(timer_path)
         self._arguments: OrderedDict[tuple[ArgSpec, ...], list[np.ndarray]] = OrderedDict()
-        self._pins = LibraryPins()
+        self._candidates = CandidateLoader()
 
     def __call__(self, request: TimeRequest | CheckRequest) -> WorkerReply:
         try:
-            library = ctypes.CDLL(request.path)
-        except OSError as error:
-            return WorkerReply(ErrorKind.RUNTIME, f"cannot load the candidate: {error}")
-        self._pins.pin_dependencies(request.path)
-        try:
-            try:
-                entry = library[request.symbol]
-            except AttributeError:
-                return WorkerReply(
-                    ErrorKind.RUNTIME, f"{request.path} does not export {request.symbol}"
-                )
-            address = ctypes.cast(entry, ctypes.c_void_p).value or 0
-            if isinstance(request, TimeRequest):
-                return self._time(address, request)
-            return self._check(address, request)
+            with self._candidates.packed_entry(request.path, request.symbol) as entry:
+                if isinstance(request, TimeRequest):
+                    return self._time(entry, request)
+                return self._check(entry, request)
+        except CandidateFailure as failure:
+            return WorkerReply(ErrorKind.RUNTIME, str(failure))
         except Exception as error:  # e.g. no memory for the arguments: this candidate's
             return WorkerReply(ErrorKind.RUNTIME, f"{type(error).__name__}: {error}")
-        finally:
-            unload(library)
 
-    def _time(self, address: int, request: TimeRequest) -> WorkerReply:
+    def _time(self, entry: int, request: TimeRequest) -> WorkerReply:
         arrays = self._cached_arguments(request.args)
-        pointers = _pointers(arrays)
-        count = max(1, len(arrays))
-        arg_bytes = (ctypes.c_int64 * count)(*(a.nbytes for a in arrays))
-        arg_is_weight = (ctypes.c_int32 * count)(*(int(spec.is_weight) for spec in request.args))
-        seconds = (ctypes.c_double * request.repeat)()
-        kernel_status = ctypes.c_int32(0)
-        status = self._measure(
-            address,
-            pointers,
-            len(arrays),
-            request.number,
-            request.repeat,
-            request.min_repeat_ms,
-            int(request.flush_cache),
-            int(request.cold_weights),
-            arg_bytes,
-            arg_is_weight,
+        costs = self._timer.time(
+            entry, [a.ctypes.data for a in arrays], [a.nbytes for a in arrays],
+            [spec.is_weight for spec in request.args], request.number, request.repeat,
+            request.min_repeat_ms, request.flush_cache, request.cold_weights,
             request.cooldown_ms,
-            seconds,
-            ctypes.byref(kernel_status),
-        )
-        if status != 0:
-            return WorkerReply(ErrorKind.RUNTIME, measure_status_text(status, kernel_status.value))
-        return WorkerReply(costs=tuple(seconds))
+        )  # fmt: skip
+        return WorkerReply(costs=costs)
 
-    def _check(self, address: int, request: CheckRequest) -> WorkerReply:
+    def _check(self, entry: int, request: CheckRequest) -> WorkerReply:
         # Fresh arrays: a faulty kernel may write its inputs, which must not spoil the
         # arrays later candidates are timed on.
         arrays = reference_arguments(request.args)
         poison_outputs(arrays, request.args)
-        entry = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int32)(
-            address
-        )
-        status = entry(_pointers(arrays), len(arrays))
+        status = call_packed(entry, [a.ctypes.data for a in arrays])
         if status != 0:
             return WorkerReply(ErrorKind.RUNTIME, f"the kernel returned error status {status}")
         outputs = tuple(a for a, spec in zip(arrays, request.args, strict=True) if spec.is_output)
@@ -110,10 +77,6 @@ class Measurer:
             while len(self._arguments) > _CACHED_ARGUMENT_LISTS:
                 self._arguments.popitem(last=False)
         return self._arguments[args]
-
-
-def _pointers(arrays: Sequence[np.ndarray]) -> ctypes.Array[ctypes.c_void_p]:
-    return (ctypes.c_void_p * max(1, len(arrays)))(*(a.ctypes.data for a in arrays))
 
 
 def main() -> None:

@@ -24,11 +24,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ember.autoschedule.measure_abi import LibraryPins, load_timer, measure_status_text, unload
+from ember.autoschedule.measure_abi import (
+    CandidateFailure,
+    CandidateLoader,
+    Timer,
+    call_packed,
+    pointer_array,
+)
 from ember.autoschedule.worker import serve
 from ember.device import dtype_bytes
 from ember.errors import EmberError
-from ember.runtime.abi import ALIGNMENT, CLibrary
+from ember.runtime.abi import ALIGNMENT, CLibrary, TensorSpec
 
 Reply = dict[str, Any]
 _CACHED_ARGUMENT_FILES = 4
@@ -61,10 +67,6 @@ class Buffer:
         return ctypes.string_at(self.address, self.nbytes)
 
 
-def _pointers(buffers: Sequence[Buffer]) -> ctypes.Array[ctypes.c_void_p]:
-    return (ctypes.c_void_p * max(1, len(buffers)))(*(b.address for b in buffers))
-
-
 def poison_pattern(dtype: str) -> bytes:
     """One element of the check-run poison for `dtype`."""
     if dtype in _POISON:
@@ -85,10 +87,10 @@ class _Artifact:
         self.handle = library.ember_create_from_file(f"{directory}/mod.params".encode())
         if not self.handle:
             raise EmberError(f"cannot create the network's instance: {self.abi.last_error()}")
-        self.inputs = [Buffer(_nbytes(t)) for t in self.metadata["inputs"]]
-        self.outputs = [Buffer(_nbytes(t)) for t in self.metadata["outputs"]]
-        self.input_pointers = _pointers(self.inputs)
-        self.output_pointers = _pointers(self.outputs)
+        self.inputs = [Buffer(_tensor(t).nbytes) for t in self.metadata["inputs"]]
+        self.outputs = [Buffer(_tensor(t).nbytes) for t in self.metadata["outputs"]]
+        self.input_pointers = pointer_array([b.address for b in self.inputs])
+        self.output_pointers = pointer_array([b.address for b in self.outputs])
 
     def set_inputs(self, blobs: Sequence[bytes]) -> None:
         if len(blobs) != len(self.inputs) or any(
@@ -99,19 +101,15 @@ class _Artifact:
             ctypes.memmove(buffer.address, blob, buffer.nbytes)
 
 
-def _nbytes(tensor: dict[str, Any]) -> int:
-    return math.prod(int(d) for d in tensor["shape"]) * dtype_bytes(str(tensor["dtype"]))
-
-
 class DeviceWorker:
     """What the helper does with each request (a dict with "op"); replies are dicts
     with "ok" or with "failure" (an ErrorKind value) and "message"."""
 
     def __init__(self) -> None:
-        self._timers: dict[tuple[str, int, int], Any] = {}
+        self._timers: dict[tuple[str, int, int], Timer] = {}
         self._arguments: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
         self._artifacts: dict[str, _Artifact] = {}
-        self._pins = LibraryPins()
+        self._candidates = CandidateLoader()
 
     def __call__(self, request: Reply) -> Reply:
         try:
@@ -129,25 +127,14 @@ class DeviceWorker:
     # -- kernels ------------------------------------------------------------------------
 
     def _kernel(self, request: Reply) -> Reply:
-        path = request["library"]
         try:
-            library = ctypes.CDLL(path)
-        except OSError as error:
-            return {"failure": "runtime", "message": f"cannot load the candidate: {error}"}
-        self._pins.pin_dependencies(path)
-        try:
-            try:
-                entry = library[request["symbol"]]
-            except AttributeError:
-                return {"failure": "runtime", "message": f"the candidate does not export "
-                        f"{request['symbol']}"}  # fmt: skip
-            address = ctypes.cast(entry, ctypes.c_void_p).value or 0
-            buffers = self._buffers(request)
-            if request["op"] == "time":
-                return self._time(address, buffers, request)
-            return self._check(address, buffers, request)
-        finally:
-            unload(library)
+            with self._candidates.packed_entry(request["library"], request["symbol"]) as entry:
+                buffers = self._buffers(request)
+                if request["op"] == "time":
+                    return self._time(entry, buffers, request)
+                return self._check(entry, buffers, request)
+        except CandidateFailure as failure:
+            return {"failure": "runtime", "message": str(failure)}
 
     def _buffers(self, request: Reply) -> list[Buffer]:
         """One buffer per argument: inputs from the uploaded argument file (in order),
@@ -168,9 +155,7 @@ class DeviceWorker:
         return buffers
 
     def _argument_bytes(self, path: str) -> bytes:
-        # By file identity, not name: an upload under the same name is a new file.
-        status = os.stat(path)
-        key = (path, status.st_ino, status.st_mtime_ns)
+        key = _file_identity(path)
         if key in self._arguments:
             self._arguments.move_to_end(key)
         else:
@@ -180,31 +165,20 @@ class DeviceWorker:
                 self._arguments.popitem(last=False)
         return self._arguments[key]
 
-    def _time(self, address: int, buffers: list[Buffer], request: Reply) -> Reply:
-        status = os.stat(request["timer"])
-        timer = (request["timer"], status.st_ino, status.st_mtime_ns)
-        if timer not in self._timers:
-            self._timers[timer] = load_timer(request["timer"])
-        count = max(1, len(buffers))
-        arg_bytes = (ctypes.c_int64 * count)(*(b.nbytes for b in buffers))
-        is_weight = (ctypes.c_int32 * count)(*(int(a[2]) for a in request["args"]))
-        seconds = (ctypes.c_double * request["repeat"])()
-        kernel_status = ctypes.c_int32(0)
-        status = self._timers[timer](
-            address, _pointers(buffers), len(buffers), request["number"], request["repeat"],
-            request["min_repeat_ms"], int(request["flush_cache"]), int(request["cold_weights"]),
-            arg_bytes, is_weight, request["cooldown_ms"], seconds, ctypes.byref(kernel_status),
+    def _time(self, entry: int, buffers: list[Buffer], request: Reply) -> Reply:
+        key = _file_identity(request["timer"])
+        if key not in self._timers:
+            self._timers[key] = Timer(request["timer"])
+        costs = self._timers[key].time(
+            entry, [b.address for b in buffers], [b.nbytes for b in buffers],
+            [bool(a[2]) for a in request["args"]], request["number"], request["repeat"],
+            request["min_repeat_ms"], request["flush_cache"], request["cold_weights"],
+            request["cooldown_ms"],
         )  # fmt: skip
-        if status != 0:
-            message = measure_status_text(status, kernel_status.value)
-            return {"failure": "runtime", "message": message}
-        return {"ok": True, "costs": list(seconds)}
+        return {"ok": True, "costs": list(costs)}
 
-    def _check(self, address: int, buffers: list[Buffer], request: Reply) -> Reply:
-        entry = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int32)(
-            address
-        )
-        status = entry(_pointers(buffers), len(buffers))
+    def _check(self, entry: int, buffers: list[Buffer], request: Reply) -> Reply:
+        status = call_packed(entry, [b.address for b in buffers])
         if status != 0:
             return {"failure": "runtime", "message": f"the kernel returned error status {status}"}
         outputs = [b.read() for b, a in zip(buffers, request["args"], strict=True) if a[1]]
@@ -250,6 +224,19 @@ class DeviceWorker:
         names = [(library.ember_step_name(i) or b"").decode() for i in range(count)]
         kernels = [(library.ember_step_kernel(i) or b"").decode() for i in range(count)]
         return {"ok": True, "seconds": list(seconds[:count]), "names": names, "kernels": kernels}
+
+
+def _tensor(entry: dict[str, Any]) -> TensorSpec:
+    """A tensor of mod.json's inputs or outputs."""
+    return TensorSpec(
+        str(entry["name"]), tuple(int(d) for d in entry["shape"]), str(entry["dtype"])
+    )
+
+
+def _file_identity(path: str) -> tuple[str, int, int]:
+    """What caches key a file by: an upload under the same name is a new file."""
+    status = os.stat(path)
+    return path, status.st_ino, status.st_mtime_ns
 
 
 def main() -> None:

@@ -146,7 +146,7 @@ def test_the_helper_hands_the_weights_to_the_timer(
     """What the measure helper passes to ember_measure (run here, in this process)."""
     _, conv = built["conv"]
     measurer = Measurer(str(timer_library()))
-    timer = measurer._measure
+    timer = measurer._timer._measure
     seen: list[tuple[int, int, list[int], list[int]]] = []
 
     def recording(*args: object) -> int:
@@ -154,7 +154,7 @@ def test_the_helper_hands_the_weights_to_the_timer(
         seen.append((flush, cold, list(sizes[:count]), list(weights[:count])))  # type: ignore[index]
         return timer(*args)
 
-    measurer._measure = recording
+    measurer._timer._measure = recording
     for cold_weights in (True, False):
         request = TimeRequest(
             str(conv.path), conv.symbol, conv.args, 2, 2, 0.0, False, cold_weights, 0.0
