@@ -27,12 +27,15 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import math
 import queue
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ember.autoschedule.measure import ArgSpec, BuildResult, MeasureInput, MeasureResult, Timing
 from ember.autoschedule.records import ErrorKind
@@ -46,6 +49,7 @@ from ember.autoschedule.runner import (
     timer_source,
 )
 from ember.autoschedule.task import SearchTask
+from ember.device import dtype_bytes
 from ember.errors import EmberError
 from ember.rpc.client import (
     RemoteSession,
@@ -158,13 +162,13 @@ class RPCRunner(TimingRunner):
                 if self.boards == 0:
                     raise EmberError(f"RPCRunner found no board: {error}") from None
                 return
-            self._add(session)
+            self._idle.put(self._hold(session))
 
-    def _add(self, session: RemoteSession) -> _Board:
+    def _hold(self, session: RemoteSession) -> _Board:
+        """A board the runner now holds (idle or not is the caller's to say)."""
         board = _Board(session)
         with self._lock:
             self._boards.append(board)
-        self._idle.put(board)
         log.info("RPCRunner: measuring on %s (%d boards)", session.where, self.boards)
         return board
 
@@ -176,10 +180,10 @@ class RPCRunner(TimingRunner):
                 break
             try:
                 reply = board.measure(task, request, self)
+            except RemoteError as error:  # the board refused this candidate
+                self._idle.put(board)
+                return WorkerReply(ErrorKind.RUNTIME, str(error))
             except RPCError as error:
-                if isinstance(error, RemoteError):  # the board refused this candidate
-                    self._idle.put(board)
-                    return WorkerReply(ErrorKind.RUNTIME, str(error))
                 self._give_up(board, error)
                 lost.append(str(error))
                 continue
@@ -207,10 +211,7 @@ class RPCRunner(TimingRunner):
             except RPCError as error:
                 log.warning("RPCRunner: no board of key %s: %s", self.key, error)
                 return None
-            board = _Board(session)
-            with self._lock:
-                self._boards.append(board)
-            return board
+            return self._hold(session)
 
     def _give_up(self, board: _Board, error: RPCError) -> None:
         log.warning("RPCRunner: lost %s: %s", board.session.where, error)
@@ -297,17 +298,11 @@ class _Board:
 
 
 def _arg_entry(spec: ArgSpec) -> list[Any]:
-    from ember.device import dtype_bytes
-
-    count = 1
-    for extent in spec.shape:
-        count *= extent
-    return [count * dtype_bytes(spec.dtype), spec.is_output, spec.is_weight, spec.dtype]
+    nbytes = math.prod(spec.shape) * dtype_bytes(spec.dtype)
+    return [nbytes, spec.is_output, spec.is_weight, spec.dtype]
 
 
-def _outputs(blobs: Sequence[bytes], args: Sequence[ArgSpec]) -> list[Any]:
-    import numpy as np
-
+def _outputs(blobs: Sequence[bytes], args: Sequence[ArgSpec]) -> list[np.ndarray]:
     specs = [spec for spec in args if spec.is_output]
     return [
         np.frombuffer(blob, spec.dtype).reshape(spec.shape)

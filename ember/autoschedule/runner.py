@@ -270,8 +270,9 @@ class LocalRunner(TimingRunner):
     def _cannot_run(self, task: SearchTask, built: BuildResult) -> WorkerReply | None:
         """Why the candidate is not run here: its build failed, or its target is not
         this machine."""
-        if not built.ok:
-            return WorkerReply(built.error, built.message)
+        failed = super()._cannot_run(task, built)
+        if failed is not None:
+            return failed
         if not task.target.is_host:
             return WorkerReply(
                 ErrorKind.RUNTIME,

@@ -39,6 +39,16 @@ from ember.rpc.protocol import (
 from ember.rpc.protocol import (
     connect as open_channel,
 )
+from ember.runtime.abi import TensorSpec
+from ember.runtime.module import (
+    BenchmarkResult,
+    ModuleInfo,
+    aligned_empty,
+    check_inputs_set,
+    checked_input,
+    tensor_index,
+)
+from ember.runtime.profile import Profile
 
 # Added to a board-side time limit before the host gives up on the board itself: the
 # transfer of the request and the reply, and a loaded board's scheduling.
@@ -238,8 +248,6 @@ class RemoteSession:
 
     def load_module(self, name: str, timeout: float = 120.0) -> RemoteModule:
         """Load an uploaded artifact (`.tar` from `ember compile`) on the board."""
-        from ember.runtime.module import ModuleInfo
-
         reply, _ = self.call({"op": "load_module", "name": name}, timeout=timeout)
         _raise_failure(reply, f"{self.where}: loading {name}")
         info = ModuleInfo.from_metadata(reply["metadata"], f"{name} on {self.where}")
@@ -251,9 +259,7 @@ class RemoteModule:
     """An artifact loaded on a board, used as `ember.runtime.Module` is: inputs are
     kept on the host and sent with each run; outputs come back as NumPy arrays."""
 
-    def __init__(self, session: RemoteSession, name: str, info: Any) -> None:
-        from ember.runtime.module import aligned_empty
-
+    def __init__(self, session: RemoteSession, name: str, info: ModuleInfo) -> None:
         self.session = session
         self.name = name
         self.info = info
@@ -262,25 +268,20 @@ class RemoteModule:
         self._outputs: list[np.ndarray] = []
 
     @property
-    def inputs(self) -> tuple[Any, ...]:
+    def inputs(self) -> tuple[TensorSpec, ...]:
         return tuple(self.info.inputs)
 
     @property
-    def outputs(self) -> tuple[Any, ...]:
+    def outputs(self) -> tuple[TensorSpec, ...]:
         return tuple(self.info.outputs)
 
     def get_num_outputs(self) -> int:
         return len(self.info.outputs)
 
     def set_input(self, key: str | int, value: np.ndarray) -> None:
-        index = _index(key, self.info.inputs, "input")
-        spec = self.info.inputs[index]
-        array = np.asarray(value)
-        if array.shape != spec.shape or array.dtype != np.dtype(spec.dtype):
-            raise InputError(
-                f"input {spec.name!r} takes a {spec.dtype} array of shape {list(spec.shape)}, "
-                f"not {array.dtype} {list(array.shape)}"
-            )
+        """Keep `value` for input `key` (sent with the next run); shape and dtype must
+        match exactly, as for `ember.runtime.Module.set_input`."""
+        index, array = checked_input(self.info.inputs, key, value)
         np.copyto(self._inputs[index], array)
         self._unset.discard(index)
 
@@ -295,33 +296,27 @@ class RemoteModule:
     def get_output(self, key: int | str) -> np.ndarray:
         if not self._outputs:
             raise InputError("no outputs yet: call run() first")
-        return self._outputs[_index(key, self.info.outputs, "output")].copy()
+        return self._outputs[tensor_index(self.info.outputs, key, "output")].copy()
 
     def benchmark(
         self, repeat: int = 3, number: int = 1, min_repeat_ms: float = 500,
         cache_flush: bool = False, timeout: float = 600.0,
-    ) -> Any:  # fmt: skip
+    ) -> BenchmarkResult:  # fmt: skip
         """Time `run` in C on the board (see `ember.runtime.Module.benchmark`)."""
-        from ember.runtime.module import BenchmarkResult
-
         header = {"op": "benchmark", "repeat": repeat, "number": number,
                   "min_repeat_ms": float(min_repeat_ms), "cache_flush": cache_flush}  # fmt: skip
         reply, _ = self._call(header, timeout)
         return BenchmarkResult(tuple(reply["costs"]))
 
-    def profile(self, repeat: int = 10, timeout: float = 600.0) -> Any:
+    def profile(self, repeat: int = 10, timeout: float = 600.0) -> Profile:
         """Each step's time on the board (see `ember.runtime.Module.profile`)."""
-        from ember.runtime.profile import Profile
-
         reply, _ = self._call({"op": "profile", "repeat": repeat}, timeout)
         return Profile.from_steps(
             reply["names"], reply["kernels"], reply["seconds"], self.info.groups, repeat
         )
 
     def _call(self, header: Header, timeout: float) -> tuple[dict[str, Any], list[bytes]]:
-        if self._unset:
-            names = ", ".join(repr(self.info.inputs[i].name) for i in sorted(self._unset))
-            raise InputError(f"input {names} not set: call set_input(name, array) before run()")
+        check_inputs_set(self.info.inputs, self._unset)
         blobs = [array.tobytes() for array in self._inputs]
         reply, reply_blobs = self.session.call({**header, "module": self.name}, blobs, timeout)
         _raise_failure(reply, f"{self.session.where}: {header['op']} of {self.name}")
@@ -385,15 +380,6 @@ def device_notes(target: str, device: dict[str, Any]) -> list[str]:
 def _raise_failure(reply: dict[str, Any], what: str) -> None:
     if "failure" in reply:
         raise RPCError(f"{what} failed: {reply.get('message', 'no message')}")
-
-
-def _index(key: str | int, specs: Sequence[Any], kind: str) -> int:
-    names = [spec.name for spec in specs]
-    if isinstance(key, int) and 0 <= key < len(specs):
-        return key
-    if isinstance(key, str) and key in names:
-        return names.index(key)
-    raise InputError(f"no {kind} {key!r}: the module's {kind}s are {names}")
 
 
 def _strip(error: RPCError) -> str:

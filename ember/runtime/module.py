@@ -315,20 +315,7 @@ class Module:
     def set_input(self, key: str | int, value: np.ndarray) -> None:
         """Copy `value` into input `key` (a name or an index); shape and dtype must
         match exactly (no silent casts: a float64 image would lose precision)."""
-        index = _index_of(key, self.info.inputs, "input")
-        spec = self.info.inputs[index]
-        array = np.asarray(value)
-        if array.dtype != np.dtype(spec.dtype):
-            raise InputError(
-                f"input '{spec.name}' must be {spec.dtype}, got {array.dtype}: convert it "
-                f"first, e.g. array.astype('{spec.dtype}')"
-            )
-        if array.shape != spec.shape:
-            raise InputError(
-                f"input '{spec.name}' must have shape {spec.shape}, got {array.shape}: "
-                "resize or transpose it, or rebuild the module for that shape "
-                "(ember compile --input-shapes)"
-            )
+        index, array = checked_input(self.info.inputs, key, value)
         with self._lock:
             np.copyto(self._inputs[index], array)
             self._unset.discard(index)
@@ -345,7 +332,7 @@ class Module:
 
     def get_output(self, key: int | str) -> np.ndarray:
         """A copy of output `key` (an index or a name) from the last run."""
-        index = _index_of(key, self.info.outputs, "output")
+        index = tensor_index(self.info.outputs, key, "output")
         with self._lock:
             return self._outputs[index].copy()
 
@@ -421,9 +408,7 @@ class Module:
     def _check_ready(self) -> None:
         if not self._finalizer.alive:
             raise ExecutionError(f"{self.source}: the module was closed; load it again")
-        if self._unset:
-            names = ", ".join(f"'{self.info.inputs[i].name}'" for i in sorted(self._unset))
-            raise InputError(f"input {names} not set: call set_input(name, array) before run()")
+        check_inputs_set(self.info.inputs, self._unset)
 
     def __repr__(self) -> str:
         inputs = ", ".join(map(str, self.info.inputs))
@@ -434,7 +419,38 @@ def _text(value: bytes | None) -> str:
     return value.decode(errors="replace") if value else ""
 
 
-def _index_of(key: str | int, specs: tuple[TensorSpec, ...], kind: str) -> int:
+def checked_input(
+    specs: Sequence[TensorSpec], key: str | int, value: np.ndarray
+) -> tuple[int, np.ndarray]:
+    """The index of input `key` (a name or an index) and `value` as an array, whose
+    shape and dtype must match the input's exactly (no silent casts: a float64 image
+    would lose precision)."""
+    index = tensor_index(specs, key, "input")
+    spec = specs[index]
+    array = np.asarray(value)
+    if array.dtype != np.dtype(spec.dtype):
+        raise InputError(
+            f"input '{spec.name}' must be {spec.dtype}, got {array.dtype}: convert it "
+            f"first, e.g. array.astype('{spec.dtype}')"
+        )
+    if array.shape != spec.shape:
+        raise InputError(
+            f"input '{spec.name}' must have shape {spec.shape}, got {array.shape}: "
+            "resize or transpose it, or rebuild the module for that shape "
+            "(ember compile --input-shapes)"
+        )
+    return index, array
+
+
+def check_inputs_set(specs: Sequence[TensorSpec], unset: set[int]) -> None:
+    """Refuse to run before every input has been set."""
+    if unset:
+        names = ", ".join(f"'{specs[i].name}'" for i in sorted(unset))
+        raise InputError(f"input {names} not set: call set_input(name, array) before run()")
+
+
+def tensor_index(specs: Sequence[TensorSpec], key: str | int, kind: str) -> int:
+    """The index of the input or output `key`: an index, or a name."""
     if isinstance(key, int | np.integer) and not isinstance(key, bool):
         if 0 <= key < len(specs):
             return int(key)
