@@ -21,9 +21,12 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.errors import EmberError, UsageError
+
+if TYPE_CHECKING:
+    from ember.rpc.service import Service
 
 DEFAULT_TRACKER_PORT = 9190
 DEFAULT_SERVER_PORT = 9090
@@ -35,8 +38,8 @@ def _log_to_stderr() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
 
 
-def _wait_for_signal() -> None:
-    """Block until Ctrl-C or SIGTERM."""
+def _serve_until_signal(service: Service) -> int:
+    """Block until Ctrl-C or SIGTERM, then stop `service` (started by the caller)."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -44,6 +47,9 @@ def _wait_for_signal() -> None:
             pass
     except KeyboardInterrupt:
         pass
+    finally:
+        service.stop()
+    return 0
 
 
 def command_tracker(args: argparse.Namespace) -> int:
@@ -56,11 +62,7 @@ def command_tracker(args: argparse.Namespace) -> int:
     tracker.start()
     auth = "token required" if token else "no token: loopback only"
     print(f"Ember tracker listening on {args.host}:{tracker.port} ({auth})", flush=True)
-    try:
-        _wait_for_signal()
-    finally:
-        tracker.stop()
-    return 0
+    return _serve_until_signal(tracker)
 
 
 def command_server(args: argparse.Namespace) -> int:
@@ -86,13 +88,8 @@ def command_server(args: argparse.Namespace) -> int:
     where = f"{args.host}:{server.port}"
     registering = f", registering with {args.tracker} as key {args.key}" if tracker else ""
     print(f"Ember device server listening on {where}{registering}", flush=True)
-    device = server.device
-    print(f"Device: {_describe_device(device)}", flush=True)
-    try:
-        _wait_for_signal()
-    finally:
-        server.stop()
-    return 0
+    print(f"Device: {_describe_device(server.device)}", flush=True)
+    return _serve_until_signal(server)
 
 
 def command_query(args: argparse.Namespace) -> int:
