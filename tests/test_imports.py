@@ -51,6 +51,7 @@ SERVER_MODULES = (
     "ember.config",
     "ember.device",
     "ember.errors",
+    "ember.lazy",
     "ember.rpc.bundle",
     "ember.rpc.device_worker",
     "ember.rpc.protocol",

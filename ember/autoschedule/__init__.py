@@ -25,8 +25,9 @@ modules. A module that needs a type from further on takes a protocol defined bef
 instead.
 """
 
-import importlib
 from typing import TYPE_CHECKING
+
+from ember.lazy import lazy_exports
 
 if TYPE_CHECKING:  # what __getattr__ imports, spelled out for type checkers
     from ember.autoschedule.builder import LocalBuilder
@@ -135,11 +136,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """The public names import on first use: a helper process that needs only
-    `ember.autoschedule.worker` (or a build or feature worker) loads just that."""
-    if name in _NAMES:
-        value = getattr(importlib.import_module(_NAMES[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _NAMES)

@@ -21,6 +21,7 @@ from pathlib import Path
 BUNDLED_MODULES = (
     "ember/__init__.py",
     "ember/errors.py",
+    "ember/lazy.py",
     "ember/config.py",
     "ember/device.py",
     "ember/target.py",

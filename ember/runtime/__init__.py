@@ -12,8 +12,9 @@ imported without NumPy, as a device-side server does.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from ember.lazy import lazy_exports
 
 if TYPE_CHECKING:  # what __getattr__ imports, spelled out for type checkers
     from ember.runtime.abi import TensorSpec
@@ -43,9 +44,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    if name in _NAMES:
-        value = getattr(importlib.import_module(_NAMES[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _NAMES)
