@@ -211,8 +211,7 @@ class Channel:
                     "token, or the connection was tampered with); the connection is closed"
                 )
             self._received += 1
-            header, blobs, _ = _decode(rest, self.limits, self.peer)
-            return header, blobs
+            return _decode(rest, self.limits, self.peer)
 
     def request(
         self, header: Header, blobs: Sequence[bytes] = (), timeout: float | None = None,
@@ -240,8 +239,8 @@ class Channel:
         return mac.digest()
 
 
-def _decode(body: memoryview, limits: Limits, peer: str) -> tuple[Header, list[bytes], int]:
-    """A frame's header and blobs (after the tag), and where the blobs start."""
+def _decode(body: memoryview, limits: Limits, peer: str) -> tuple[Header, list[bytes]]:
+    """A frame's header and blobs (after the tag)."""
     if len(body) < _LENGTH.size:
         raise ProtocolError(f"a truncated frame from {peer}")
     (header_bytes,) = _LENGTH.unpack(body[: _LENGTH.size])
@@ -260,13 +259,13 @@ def _decode(body: memoryview, limits: Limits, peer: str) -> tuple[Header, list[b
     for size in sizes:  # type: ignore[union-attr]
         blobs.append(bytes(body[offset : offset + size]))
         offset += size
-    return header, blobs, end
+    return header, blobs
 
 
 def read_frame(
     sock: socket.socket, timeout: float | None, limits: Limits, max_bytes: int, what: str,
     deadline: float | None = None,
-) -> bytes:  # fmt: skip
+) -> bytearray:  # fmt: skip
     """One length-prefixed frame's body, refused before reading if it is too large;
     all of it before `deadline` (a `time.monotonic()` value) when one is given."""
     prefix = read_exactly(sock, _LENGTH.size, timeout, what, limits.frame_timeout, deadline)
@@ -281,13 +280,16 @@ def read_frame(
 def read_exactly(
     sock: socket.socket, count: int, first_byte_timeout: float | None, what: str,
     whole_timeout: float, deadline: float | None = None,
-) -> bytes:  # fmt: skip
+) -> bytearray:  # fmt: skip
     """`count` bytes: the first within `first_byte_timeout`, all of them within
     `whole_timeout` of the first (a sender that trickles bytes is cut off), and all
-    before `deadline` (a `time.monotonic()` value: a handshake's limit) when given."""
-    chunks = bytearray()
+    before `deadline` (a `time.monotonic()` value: a handshake's limit) when given.
+    Received straight into one buffer: an upload is not copied on the way."""
+    buffer = bytearray(count)
+    view = memoryview(buffer)
+    received = 0
     frame_deadline: float | None = None
-    while len(chunks) < count:
+    while received < count:
         if frame_deadline is None:
             wait = first_byte_timeout
         else:
@@ -301,7 +303,7 @@ def read_exactly(
             wait = left if wait is None else min(wait, left)
         sock.settimeout(wait)
         try:
-            chunk = sock.recv(min(count - len(chunks), 1 << 20))
+            chunk = sock.recv_into(view[received:], min(count - received, 1 << 20))
         except TimeoutError:
             if frame_deadline is None and wait == first_byte_timeout:  # not cut by `deadline`
                 raise RPCTimeout(
@@ -314,8 +316,8 @@ def read_exactly(
             raise ConnectionLost(f"the connection closed while waiting for {what}")
         if frame_deadline is None:
             frame_deadline = time.monotonic() + whole_timeout
-        chunks += chunk
-    return bytes(chunks)
+        received += chunk
+    return buffer
 
 
 # -- handshake --------------------------------------------------------------------------
@@ -331,7 +333,7 @@ def _receive_plain(sock: socket.socket, limits: Limits, deadline: float, what: s
     # The whole frame by the handshake's deadline, not a frame timeout after it starts.
     wait = max(0.0, deadline - time.monotonic())
     body = read_frame(sock, wait, limits, _HANDSHAKE_FRAME_BYTES, what, deadline)
-    header, _, _ = _decode(memoryview(body)[_TAG_BYTES:], limits, what)
+    header, _ = _decode(memoryview(body)[_TAG_BYTES:], limits, what)
     return header
 
 
@@ -425,7 +427,9 @@ def accept(
     )  # fmt: skip
     magic, version, _ = _PREAMBLE.unpack(preamble)
     if magic != MAGIC:
-        raise ProtocolError(f"{peer} does not speak Ember's RPC protocol (preamble {preamble!r})")
+        raise ProtocolError(
+            f"{peer} does not speak Ember's RPC protocol (preamble {bytes(preamble)!r})"
+        )
     if version != PROTOCOL_VERSION:
         message = (
             f"protocol version {version} is not this {service}'s ({PROTOCOL_VERSION}); "
