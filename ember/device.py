@@ -281,18 +281,32 @@ def _features(target: Target, entry: _CpuEntry | None) -> frozenset[str]:
 def host_cpu_features() -> frozenset[str]:
     """This machine's CPU feature flags (`/proc/cpuinfo`), with LLVM's names added for
     the ones it spells differently; empty where unknown."""
+    _, flags = _cpuinfo_flags(_first_cpuinfo_values())
+    return flags
+
+
+def _first_cpuinfo_values() -> dict[str, str]:
+    """Each `/proc/cpuinfo` key's first value (the first CPU's); empty where unknown."""
+    values: dict[str, str] = {}
     try:
         with open(_CPUINFO, encoding="utf-8", errors="replace") as cpuinfo:
             for line in cpuinfo:
-                key, _, value = line.partition(":")
-                # x86 says "flags", AArch64 says "Features" (with "asimd" for NEON).
-                if key.strip() in ("flags", "Features"):
-                    flags = set(value.split())
-                    flags |= {_CPUINFO_ALIASES[f] for f in flags if f in _CPUINFO_ALIASES}
-                    return frozenset(flags)
+                key, _, value = (part.strip() for part in line.partition(":"))
+                values.setdefault(key, value)
     except OSError:
         pass
-    return frozenset()
+    return values
+
+
+def _cpuinfo_flags(values: dict[str, str]) -> tuple[str, frozenset[str]]:
+    """The key of the feature-flag line (x86 says "flags", AArch64 "Features", with
+    "asimd" for NEON) and its flags, LLVM's names added."""
+    for key, value in values.items():  # in the file's order
+        if key in ("flags", "Features"):
+            flags = set(value.split())
+            flags |= {_CPUINFO_ALIASES[f] for f in flags if f in _CPUINFO_ALIASES}
+            return key, frozenset(flags)
+    return "", frozenset()
 
 
 def host_cpu_count() -> int:
@@ -368,17 +382,11 @@ def host_description() -> dict[str, object]:
 
     triple = host_triple()
     arch = triple.split("-")[0]
-    name, flags_key = "", ""
-    try:
-        for line in _CPUINFO.read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = (part.strip() for part in line.partition(":"))
-            if key in ("model name", "Model", "Hardware", "CPU part") and value and not name:
-                name = value
-            if key in ("flags", "Features") and not flags_key:
-                flags_key = key
-    except OSError:
-        pass
-    features = sorted(host_cpu_features())
+    values = _first_cpuinfo_values()
+    names = ("model name", "Model", "Hardware", "CPU part")
+    name = next((value for key, value in values.items() if key in names and value), "")
+    flags_key, flags = _cpuinfo_flags(values)
+    features = sorted(flags)
     # Under user-mode emulation (qemu-aarch64 on x86) /proc/cpuinfo describes the
     # emulating machine: its flags say nothing of what this process can run.
     if flags_key != _CPUINFO_FLAGS_KEY.get(arch, flags_key):
