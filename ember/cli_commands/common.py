@@ -7,7 +7,7 @@ import argparse
 import re
 from pathlib import Path
 
-from ember.errors import EmberError
+from ember.errors import EmberError, UsageError
 from ember.graph.ir import Graph, Params
 
 # One `NAME:[D1,D2,...]` item of tvmc's --input-shapes form. The name is matched
@@ -150,3 +150,12 @@ def add_rpc_arguments(parser: argparse.ArgumentParser) -> None:
         help="the device farm's shared secret (default: EMBER_RPC_TOKEN_FILE; none: the "
         "tracker must be on loopback)",
     )
+
+
+def rpc_tracker_address(args: argparse.Namespace) -> tuple[str, int]:
+    """--rpc-tracker as (host, port), given with the --rpc-key it needs."""
+    from ember.rpc.protocol import DEFAULT_TRACKER_PORT, parse_address
+
+    if not args.rpc_key:
+        raise UsageError("--rpc-tracker needs --rpc-key: the key the boards registered under")
+    return parse_address(args.rpc_tracker, DEFAULT_TRACKER_PORT)

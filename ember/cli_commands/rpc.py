@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember.errors import EmberError, UsageError
+from ember.rpc.protocol import DEFAULT_SERVER_PORT, DEFAULT_TRACKER_PORT
 
 if TYPE_CHECKING:
     from ember.rpc.service import Service
 
-DEFAULT_TRACKER_PORT = 9190
-DEFAULT_SERVER_PORT = 9090
 # `ember server` tries this many ports from --port up when one is taken (as TVM's does).
 _PORT_TRIES = 100
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ember.cli_commands.common import add_rpc_arguments
+from ember.cli_commands.common import add_rpc_arguments, rpc_tracker_address
 from ember.errors import InputError, UsageError
 from ember.runtime.abi import TensorSpec
 
@@ -205,11 +205,8 @@ def command_run(args: argparse.Namespace) -> int:
 def _remote_session(args: argparse.Namespace) -> RemoteSession:
     """A board of --rpc-key from the tracker at --rpc-tracker."""
     from ember.rpc.client import connect_tracker
-    from ember.rpc.protocol import parse_address
 
-    if not args.rpc_key:
-        raise UsageError("--rpc-tracker needs --rpc-key: the key of the boards to run on")
-    host, port = parse_address(args.rpc_tracker, 9190)
+    host, port = rpc_tracker_address(args)
     with connect_tracker(host, port, args.token_file) as tracker:
         session = tracker.request(args.rpc_key, timeout=args.rpc_timeout)
     print(f"running on {session.where} ({session.device.get('triple', '?')})", file=sys.stderr)

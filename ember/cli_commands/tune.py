@@ -28,6 +28,7 @@ from ember.cli_commands.common import (
     format_count,
     load_model,
     parse_shapes,
+    rpc_tracker_address,
 )
 from ember.errors import UsageError
 from ember.target import Target
@@ -173,11 +174,8 @@ def make_runner(args: argparse.Namespace) -> TimingRunner:
             timing, args.number, args.repeat, args.min_repeat_ms, args.timeout
         )
     from ember.autoschedule.rpc_runner import RPCRunner
-    from ember.rpc.protocol import parse_address
 
-    if not args.rpc_key:
-        raise UsageError("--rpc-tracker needs --rpc-key: the key the boards registered under")
-    host, port = parse_address(args.rpc_tracker, 9190)
+    host, port = rpc_tracker_address(args)
     return RPCRunner.for_timing(
         timing, args.rpc_key, host, port, args.number, args.repeat, args.min_repeat_ms,
         timeout=args.timeout, n_parallel=args.rpc_n_parallel, priority=args.rpc_priority,

@@ -27,6 +27,8 @@ import numpy as np
 from ember.errors import EmberError, InputError
 from ember.rpc.protocol import (
     DEFAULT_LIMITS,
+    DEFAULT_SERVER_PORT,
+    DEFAULT_TRACKER_PORT,
     Channel,
     ConnectionLost,
     Header,
@@ -140,7 +142,10 @@ class TrackerClient:
 
 
 def connect_tracker(
-    host: str, port: int = 9190, token_file: str | Path | None = None, timeout: float = 10.0
+    host: str,
+    port: int = DEFAULT_TRACKER_PORT,
+    token_file: str | Path | None = None,
+    timeout: float = 10.0,
 ) -> TrackerClient:
     """A client of the tracker at host:port; the token from `token_file` or
     `EMBER_RPC_TOKEN_FILE` (none: the tracker must be on loopback without one)."""
@@ -150,7 +155,10 @@ def connect_tracker(
 
 
 def connect(
-    host: str, port: int = 9090, token_file: str | Path | None = None, timeout: float = 10.0
+    host: str,
+    port: int = DEFAULT_SERVER_PORT,
+    token_file: str | Path | None = None,
+    timeout: float = 10.0,
 ) -> RemoteSession:
     """A session on the device server at host:port, one started without a tracker."""
     return open_session(host, port, load_token(token_file), None, timeout)

@@ -47,6 +47,9 @@ from ember.config import rpc_token_file
 from ember.errors import EmberError
 
 MAGIC = b"EMBR"
+# Where a tracker and a device server listen unless told otherwise (as TVM's do).
+DEFAULT_TRACKER_PORT = 9190
+DEFAULT_SERVER_PORT = 9090
 PROTOCOL_VERSION = 1
 _PREAMBLE = struct.Struct(">4sHH")
 _LENGTH = struct.Struct(">I")

@@ -28,6 +28,7 @@ from typing import Any
 from ember.device import host_description
 from ember.rpc.protocol import (
     DEFAULT_LIMITS,
+    DEFAULT_SERVER_PORT,
     Channel,
     Limits,
     RPCError,
@@ -57,7 +58,7 @@ class DeviceServer(Service):
     def __init__(
         self,
         host: str = "127.0.0.1",
-        port: int = 9090,
+        port: int = DEFAULT_SERVER_PORT,
         token: bytes | None = None,
         tracker: tuple[str, int] | None = None,
         key: str | None = None,

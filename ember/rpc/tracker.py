@@ -34,7 +34,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ember.rpc.protocol import DEFAULT_LIMITS, Channel, ConnectionLost, Limits, RPCError
+from ember.rpc.protocol import (
+    DEFAULT_LIMITS,
+    DEFAULT_TRACKER_PORT,
+    Channel,
+    ConnectionLost,
+    Limits,
+    RPCError,
+)
 from ember.rpc.service import Service
 
 log = logging.getLogger("ember.rpc")
@@ -81,7 +88,7 @@ class Tracker(Service):
     """The tracker service; see the module docstring."""
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 9190, token: bytes | None = None,
+        self, host: str = "127.0.0.1", port: int = DEFAULT_TRACKER_PORT, token: bytes | None = None,
         limits: Limits = DEFAULT_LIMITS,
     ) -> None:  # fmt: skip
         super().__init__(host, port, token, "tracker", limits)
