@@ -34,7 +34,14 @@ from ember.autoschedule.measure_abi import (
 from ember.autoschedule.worker import serve
 from ember.device import dtype_bytes
 from ember.errors import EmberError
-from ember.runtime.abi import ALIGNMENT, CLibrary, TensorSpec
+from ember.runtime.abi import (
+    ALIGNMENT,
+    LIBRARY_FILE,
+    METADATA_FILE,
+    PARAMS_FILE,
+    CLibrary,
+    TensorSpec,
+)
 
 Reply = dict[str, Any]
 _CACHED_ARGUMENT_FILES = 4
@@ -80,11 +87,11 @@ class _Artifact:
     """A loaded `mod.so` with one instance, its params read by the C loader."""
 
     def __init__(self, directory: str) -> None:
-        with open(f"{directory}/mod.json", encoding="utf-8") as stream:
-            self.metadata = json.load(stream)
-        self.abi = CLibrary(Path(directory, "mod.so"), directory)
+        folder = Path(directory)
+        self.metadata = json.loads((folder / METADATA_FILE).read_text(encoding="utf-8"))
+        self.abi = CLibrary(folder / LIBRARY_FILE, directory)
         library = self.abi.library
-        self.handle = library.ember_create_from_file(f"{directory}/mod.params".encode())
+        self.handle = library.ember_create_from_file(os.fsencode(folder / PARAMS_FILE))
         if not self.handle:
             raise EmberError(f"cannot create the network's instance: {self.abi.last_error()}")
         self.inputs = [Buffer(_tensor(t).nbytes) for t in self.metadata["inputs"]]

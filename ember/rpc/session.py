@@ -18,7 +18,6 @@ Standard library only.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -33,6 +32,13 @@ from typing import Any
 
 from ember.autoschedule.worker import Worker, WorkerCrashed, WorkerError, WorkerTimedOut
 from ember.rpc.protocol import Channel, RPCError
+from ember.runtime.abi import (
+    ARTIFACT_MEMBERS,
+    LIBRARY_FILE,
+    METADATA_FILE,
+    PARAMS_FILE,
+    file_sha256,
+)
 
 log = logging.getLogger("ember.rpc")
 
@@ -40,7 +46,6 @@ DEVICE_WORKER = "ember.rpc.device_worker"
 # Work directories are named SESSION_PREFIX + the server's pid + "-" + random.
 SESSION_PREFIX = "ember-session-"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
-_ARTIFACT_MEMBERS = ("mod.so", "mod.json", "mod.params")
 # ELF e_machine values of the architectures Ember builds for.
 _ELF_MACHINES = {3: "i386", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv64"}
 
@@ -219,7 +224,7 @@ class Session:
         if name not in self.modules:
             directory = self._extract_artifact(name)
             try:
-                check_library_architecture(directory / "mod.so", self.device["arch"])
+                check_library_architecture(directory / LIBRARY_FILE, self.device["arch"])
             except SessionError:
                 shutil.rmtree(directory, ignore_errors=True)
                 raise
@@ -276,7 +281,7 @@ class Session:
             with tarfile.open(self.directory / name, "r:*") as tar:
                 for member in tar:
                     member_name = member.name.removeprefix("./")
-                    if member_name not in _ARTIFACT_MEMBERS or member_name in sizes:
+                    if member_name not in ARTIFACT_MEMBERS or member_name in sizes:
                         continue
                     if not member.isfile():
                         raise SessionError(f"{name}: {member_name} is not a regular file")
@@ -297,7 +302,7 @@ class Session:
             raise
         except Exception as error:  # tarfile's, or its decompressors' (zlib, lzma, ...)
             raise SessionError(f"{name} is not an Ember artifact (.tar): {error}") from None
-        missing = [m for m in _ARTIFACT_MEMBERS if m not in sizes]
+        missing = [m for m in ARTIFACT_MEMBERS if m not in sizes]
         if missing:
             raise SessionError(f"{name} lacks {', '.join(missing)}: not an Ember artifact")
 
@@ -386,15 +391,14 @@ def check_library_architecture(path: Path, arch: str) -> None:
 
 def _verify_checksums(directory: Path, source: str) -> None:
     try:
-        metadata = json.loads((directory / "mod.json").read_text(encoding="utf-8"))
+        metadata = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8"))
         checksums = metadata["checksums"]
         if not isinstance(checksums, dict):
             raise TypeError("checksums is not a mapping")
     except (OSError, ValueError, KeyError, TypeError):
         raise SessionError(f"{source}: mod.json is unreadable or has no checksums") from None
-    for member in ("mod.so", "mod.params"):
-        digest = hashlib.sha256((directory / member).read_bytes()).hexdigest()
-        if checksums.get(member) != digest:
+    for member in (LIBRARY_FILE, PARAMS_FILE):
+        if checksums.get(member) != file_sha256(directory / member):
             raise SessionError(f"{source}: {member} does not match its checksum")
 
 

@@ -1,6 +1,6 @@
 """What a compiled Ember library and its callers agree on: the C functions every
 library exports (with their ctypes signatures), the tensors at its boundary, the
-dtypes they may have, and the alignment of every buffer.
+dtypes they may have, the alignment of every buffer, and the files of an artifact.
 
     functions = CLibrary(Path("mod.so"), source="net.tar").library  # ArtifactError if
     functions.ember_num_steps()                                        # not an Ember one
@@ -15,6 +15,7 @@ server on a board with a bare Python loads and runs libraries through this modul
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,12 @@ from ember.errors import ArtifactError
 # memory plan's offsets, the kernels' own allocations (ember.codegen.c) and the tuner's
 # arguments all use it, so kernels may assume it.
 ALIGNMENT = 64
+
+# The members of an artifact (.tar): the library, its metadata, its params.
+LIBRARY_FILE = "mod.so"
+METADATA_FILE = "mod.json"
+PARAMS_FILE = "mod.params"
+ARTIFACT_MEMBERS = (LIBRARY_FILE, METADATA_FILE, PARAMS_FILE)
 
 # The dtypes of tensors at a library's boundary (NumPy's names) -> the safetensors
 # dtype, as ember_create_from_file checks it.
@@ -116,3 +123,9 @@ class CLibrary:
     def last_error(self) -> str:
         message = self.library.ember_last_error()
         return message.decode(errors="replace") if message else "no message"
+
+
+def file_sha256(path: Path) -> str:
+    """The hex SHA-256 of a file (an artifact member's checksum in mod.json)."""
+    with path.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()

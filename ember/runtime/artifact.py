@@ -17,7 +17,6 @@ nothing. The checksums in mod.json catch damage that tar's header checks miss.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -36,7 +35,16 @@ import safetensors.numpy
 
 from ember.errors import ArtifactError
 from ember.runtime import artifact_cache
-from ember.runtime.abi import REBUILD_HINT, SAFETENSORS_DTYPES, TensorSpec
+from ember.runtime.abi import (
+    ARTIFACT_MEMBERS,
+    LIBRARY_FILE,
+    METADATA_FILE,
+    PARAMS_FILE,
+    REBUILD_HINT,
+    SAFETENSORS_DTYPES,
+    TensorSpec,
+    file_sha256,
+)
 from ember.runtime.module import (
     LibraryLike,
     Module,
@@ -48,10 +56,7 @@ from ember.target import Target
 
 # Bump when the layout of the tar or the meaning of a mod.json entry changes.
 FORMAT_VERSION = 1
-LIBRARY_FILE = "mod.so"
-METADATA_FILE = "mod.json"
-PARAMS_FILE = "mod.params"
-MEMBERS = (LIBRARY_FILE, METADATA_FILE, PARAMS_FILE)
+MEMBERS = ARTIFACT_MEMBERS
 
 # safetensors dtype code -> NumPy dtype, as the C reader matches them.
 _SAFETENSORS_DTYPES = {code: dtype for dtype, code in SAFETENSORS_DTYPES.items()}
@@ -112,8 +117,8 @@ def _artifact_document(
     # is only known where it ran.
     document["cpu_features"] = list(required_cpu_features(Target(info.target)))
     document["checksums"] = {
-        LIBRARY_FILE: _sha256(Path(library.so_path)),
-        PARAMS_FILE: _sha256(params_path),
+        LIBRARY_FILE: file_sha256(Path(library.so_path)),
+        PARAMS_FILE: file_sha256(params_path),
     }
     return document
 
@@ -146,11 +151,6 @@ def _add_bytes(tar: tarfile.TarFile, name: str, blob: bytes) -> None:
     tar.addfile(_member(name, len(blob)), io.BytesIO(blob))
 
 
-def _sha256(path: Path) -> str:
-    with path.open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
-
-
 # -- load ---------------------------------------------------------------------------------
 
 
@@ -160,7 +160,7 @@ def load(path: Path | str) -> Module:
     file, another format version, or code built for another machine."""
     path = _existing(path)
     source = str(path)
-    directory = artifact_cache.acquire(_sha256(path)[:40], lambda work: _extract(path, work))
+    directory = artifact_cache.acquire(file_sha256(path)[:40], lambda work: _extract(path, work))
     try:
         metadata = _read_extracted_metadata(directory, source)
         info = ModuleInfo.from_metadata(metadata, source)
@@ -287,7 +287,7 @@ def _verify_checksums(directory: Path, source: str) -> None:
     if not isinstance(checksums, dict):
         raise ArtifactError(f"{source}: {METADATA_FILE} has no checksums: {REBUILD_HINT}")
     for name in (LIBRARY_FILE, PARAMS_FILE):
-        if checksums.get(name) != _sha256(directory / name):
+        if checksums.get(name) != file_sha256(directory / name):
             raise ArtifactError(f"{source}: {name} does not match its checksum: {REBUILD_HINT}")
 
 
