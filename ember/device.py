@@ -79,6 +79,13 @@ class DeviceModel:
     def vector_bytes(self) -> int:
         return max(1, self.vector_bits // 8)
 
+    @property
+    def fma_register_operands(self) -> bool:
+        """Whether every operand of a vector FMA is a register (ARM's `fmla`), so a
+        register tile's broadcast input takes a register per row; x86's FMAs read it
+        from memory (or one broadcast register serves the whole tile)."""
+        return self.arch in ("aarch64", "arm")
+
 
 def dtype_bits(dtype: str) -> int:
     """Bits of one element of a dtype name: `float32` -> 32, `bool` -> 8 (as NumPy

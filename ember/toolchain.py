@@ -123,6 +123,13 @@ def _compiler_command(target: Target) -> tuple[str, ...]:
 def _target_flags(target: Target) -> tuple[str, ...]:
     """-march/-mcpu and feature flags for the target's architecture."""
     flags = list(_arch_flags(target))
+    if target.target_arch == "aarch64" and not target.is_android:
+        # GCC's scheduling before register allocation hoists every load of an unrolled
+        # register tile ahead of its FMAs (all of fmla's operands are registers on
+        # AArch64), and the accumulators then go through the stack; without it a tile
+        # of up to 28 accumulators stays in registers (read from objdump in
+        # tests/schedule/test_neon_disassembly.py). The NDK's clang has no such pass.
+        flags.append("-fno-schedule-insns")
     if target.is_android:
         flags.append("-static-openmp")  # Android ships no libomp.so
     return tuple(flags)

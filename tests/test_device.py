@@ -123,6 +123,7 @@ def test_a_cross_target_sees_its_board_whatever_the_host(
     assert device_model(A72) == baseline
     hardware = HardwareParams.for_target(A72)
     assert (hardware.num_cores, hardware.vector_registers, hardware.vector_bytes) == (4, 32, 16)
+    assert hardware.fma_register_operands and baseline.fma_register_operands
 
 
 def test_a_named_board_is_not_the_build_machine_of_its_kind(

@@ -165,6 +165,7 @@ def sample_tile(
     registers: int,
     min_parallel: int,
     rng: random.Random,
+    fma_register_operands: bool = False,
 ) -> TilePlan:
     """A random tiling of an output of `shape`: lanes mostly the widest allowed; a
     register tile of `vectors` along the innermost axis and rows over the outer axes
@@ -172,12 +173,17 @@ def sample_tile(
     accumulators beside one register per weight vector and one for the broadcast
     input; regions mostly one tile; outer tiles and inner reduce factors uniform
     among divisors; the S0 loops left at least `min_parallel` iterations when the
-    shape has them."""
+    shape has them. With `fma_register_operands` (AArch64) every row holds its
+    broadcast input in a register of its own, as `ember.schedule.default` sizes its
+    tiles there: accumulators, weight vectors and rows fit the registers together."""
     last = len(shape) - 1
     lanes = widths[0] if rng.random() < 0.75 else rng.choice([*widths, 1])
     blocks = max(1, shape[last] // lanes)
     vectors = rng.choice([d for d in divisors(blocks) if d <= MAX_TILE_VECTORS])
-    budget = max(1, (registers - vectors - 1) // vectors)
+    if fma_register_operands:  # rows * vectors + vectors + rows <= registers
+        budget = max(1, (registers - vectors) // (vectors + 1))
+    else:
+        budget = max(1, (registers - vectors - 1) // vectors)
     tile = [1] * len(shape)
     tile[last] = vectors
     first_row = True
@@ -254,8 +260,9 @@ class _Annotator:
             hardware = self.info.task.hardware_params
             registers = hardware.vector_registers
             self.plans[index] = sample_tile(
-                shape, reduce, self.info.widths[index], registers, hardware.num_cores, self.rng
-            )
+                shape, reduce, self.info.widths[index], registers, hardware.num_cores,
+                self.rng, hardware.fma_register_operands,
+            )  # fmt: skip
         return self.plans[index]
 
     def _fill(self, state: State, step: SplitStep, before_rfactor: bool) -> SplitStep:

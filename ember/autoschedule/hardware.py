@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from ember.device import DeviceModel, device_model
 from ember.errors import TargetError
@@ -34,9 +35,19 @@ class HardwareParams:
     l1_cache_bytes: int
     l2_cache_bytes: int
     l3_cache_bytes: int
+    # Every FMA operand is a register (AArch64's fmla): a register tile's rows each
+    # hold their broadcast input in a register (DeviceModel.fma_register_operands).
+    fma_register_operands: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.fma_register_operands, bool):
+            raise TargetError(
+                f"hardware parameter fma_register_operands={self.fma_register_operands!r} "
+                "is invalid: give true or false"
+            )
         for field in dataclasses.fields(self):
+            if field.name == "fma_register_operands":
+                continue
             value = getattr(self, field.name)
             minimum = 0 if field.name.endswith("cache_bytes") else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
@@ -55,12 +66,13 @@ class HardwareParams:
             l1_cache_bytes=device.l1_cache_bytes,
             l2_cache_bytes=device.l2_cache_bytes,
             l3_cache_bytes=device.l3_cache_bytes,
+            fma_register_operands=device.fma_register_operands,
         )
 
     @classmethod
-    def for_target(cls, target: Target | str, **overrides: int) -> HardwareParams:
+    def for_target(cls, target: Target | str, **overrides: Any) -> HardwareParams:
         """The parameters of `target`'s device model, with `overrides` (field name ->
-        value) replacing what it says."""
+        value) replacing what it says (each checked as the constructor checks it)."""
         target = target if isinstance(target, Target) else Target(target)
         unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
@@ -70,5 +82,5 @@ class HardwareParams:
             )
         return dataclasses.replace(cls.from_device(device_model(target)), **overrides)
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> dict[str, int | bool]:
         return dataclasses.asdict(self)

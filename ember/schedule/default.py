@@ -305,7 +305,7 @@ def _choose_tile(state: State, anchor: int, shape: Sequence[int], target: Target
         min(MAX_TILE_ROWS, max_rows),
         shape[last] // lanes,
         device.vector_registers,
-        scalar_registers=device.arch == "aarch64",
+        scalar_registers=device.fma_register_operands,
     )
     return _Tile(rows_axis, rows, vectors, lanes)
 

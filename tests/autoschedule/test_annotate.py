@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import random
 
 import pytest
@@ -61,6 +62,21 @@ def test_conv_samples_lean_toward_full_register_tiles() -> None:
         relu = state.stage("relu")
         assert relu.iters[0].annotation is Annotation.PARALLEL
     assert vectorized >= 40 and unrolled >= 40
+
+
+@pytest.mark.parametrize("fma_register_operands", [False, True])
+def test_register_tiles_fit_the_registers(fma_register_operands: bool) -> None:
+    """A tile's accumulators fit beside a register per weight vector and, where an
+    FMA reads every operand from a register (AArch64), one per row for its broadcast
+    input (x86: one broadcast register for the tile)."""
+    rng = random.Random(4)
+    shapes = [(1, 56, 56, 32), (1, 14, 14, 128), (1, 7, 7, 256), (1, 112, 112, 8)]
+    for _ in range(400):
+        shape = rng.choice(shapes)
+        plan = annotate.sample_tile(shape, [64], [4], 32, 2, rng, fma_register_operands)
+        vectors, rows = plan.tile[-1], math.prod(plan.tile[:-1])
+        row_registers = rows if fma_register_operands else 1
+        assert vectors * rows + vectors + row_registers <= 32, plan
 
 
 def test_a_tiny_space_returns_what_exists() -> None:
