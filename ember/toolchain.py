@@ -85,18 +85,24 @@ def find_compiler(target: Target | str) -> Compiler:
     return Compiler(command, _target_flags(target), _compiler_version(command))
 
 
+def ndk_compiler(why: str) -> tuple[str, ...]:
+    """The Android NDK's compiler command from `$EMBER_NDK_CC`, or a ToolchainError
+    that starts with `why` (what needs it) and says how to set it."""
+    configured = os.environ.get("EMBER_NDK_CC", "")
+    command = tuple(shlex.split(configured))
+    if not command or shutil.which(command[0]) is None:
+        raise ToolchainError(
+            f"{why}: set EMBER_NDK_CC to the Android NDK's clang for it, e.g. "
+            "EMBER_NDK_CC=$NDK/toolchains/llvm/prebuilt/linux-x86_64/bin/"
+            "aarch64-linux-android28-clang"
+            + (f" (EMBER_NDK_CC={configured!r} is not an executable)" if configured else "")
+        )
+    return command
+
+
 def _compiler_command(target: Target) -> tuple[str, ...]:
     if target.is_android:
-        configured = os.environ.get("EMBER_NDK_CC", "")
-        command = tuple(shlex.split(configured))
-        if not command or shutil.which(command[0]) is None:
-            raise ToolchainError(
-                f"target {target} is an Android triple: set EMBER_NDK_CC to the Android "
-                "NDK's clang for it, e.g. EMBER_NDK_CC=$NDK/toolchains/llvm/prebuilt/"
-                "linux-x86_64/bin/aarch64-linux-android28-clang"
-                + (f" (EMBER_NDK_CC={configured!r} is not an executable)" if configured else "")
-            )
-        return command
+        return ndk_compiler(f"target {target} is an Android triple")
     if target.is_host:
         configured = os.environ.get("CC", "")
         if configured:

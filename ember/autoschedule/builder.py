@@ -19,6 +19,14 @@ the error; a compiler failure a COMPILE result with the compiler's first error l
 one that takes more than `timeout` seconds a TIMEOUT result (its helper, and the
 compiler it ran, are killed and a fresh helper takes its place). `build` never raises
 for a bad candidate.
+
+`build_func` is the tutorials' choice of compiler: "default" (the target's, see
+`ember.toolchain`) or "ndk" (the Android NDK's clang named by `$EMBER_NDK_CC`, what
+the tuning tutorials' `use_ndk = True` selects). In Ember the target's triple picks
+the compiler, so "ndk" needs an Android triple (`-mtriple=aarch64-linux-android`)
+and says so for any other, rather than building with another compiler than asked;
+a missing NDK compiler is an error when the builder is made, not a COMPILE result
+for every candidate.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from ember.autoschedule.worker import START_TIMEOUT, Worker, WorkerCrashed, Work
 from ember.backend import compile_kernel
 from ember.device import host_cpu_count
 from ember.errors import CompileError, EmberError, TargetError, ToolchainError
+from ember.toolchain import ndk_compiler
 
 WORKER_MODULE = "ember.autoschedule.build_worker"
 # The kernel's C name; the packed entry is `candidate_packed`.
@@ -94,18 +103,31 @@ def _first_errors(stderr: str) -> str:
     return "\n".join(lines[first : first + _ERROR_LINES])
 
 
+# The compilers a LocalBuilder can be asked for (module docstring).
+BUILD_FUNCS = ("default", "ndk")
+
+
 class LocalBuilder:
     """Builds candidates in `n_parallel` helper processes (default: one per CPU); see
     the module docstring. Close it (or use it as a context manager) to stop the
     helpers and delete its temporary directory, after the built candidates ran."""
 
-    def __init__(self, n_parallel: int | None = None, timeout: float = 15.0) -> None:
+    def __init__(
+        self, n_parallel: int | None = None, timeout: float = 15.0, build_func: str = "default"
+    ) -> None:
+        if build_func not in BUILD_FUNCS:
+            raise EmberError(
+                f"build_func={build_func!r} is unknown: use one of {', '.join(BUILD_FUNCS)}"
+            )
+        if build_func == "ndk":
+            ndk_compiler("LocalBuilder(build_func='ndk') builds with the Android NDK")
         if n_parallel is not None and n_parallel < 1:
             raise EmberError(f"n_parallel={n_parallel} must be at least 1 (or None: one per CPU)")
         if not timeout > 0:
             raise EmberError(f"timeout={timeout} must be a positive number of seconds")
         self.n_parallel = n_parallel or host_cpu_count()
         self.timeout = float(timeout)
+        self.build_func = build_func
         self._pool = _Pool(Path(tempfile.mkdtemp(prefix="ember-candidates-")))
         self._finalizer = weakref.finalize(self, self._pool.stop)
 
@@ -128,6 +150,15 @@ class LocalBuilder:
         """One result per candidate, in order; never raises for a bad candidate."""
         if self._pool.stopped:
             raise EmberError("this LocalBuilder is closed; create a new one")
+        if self.build_func == "ndk":
+            for measure_input in inputs:
+                target = measure_input.task.target
+                if not target.is_android:
+                    raise TargetError(
+                        f"LocalBuilder(build_func='ndk') builds with the Android NDK, but "
+                        f"the task's target {target} is not an Android triple: use "
+                        "-mtriple=aarch64-linux-android (or build_func='default')"
+                    )
         results: list[BuildResult | None] = [None] * len(inputs)
         queue = deque(enumerate(inputs))
         running: dict[Worker, tuple[int, float]] = {}

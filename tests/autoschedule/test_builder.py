@@ -4,6 +4,7 @@ candidates become INSTANTIATION, COMPILE and TIMEOUT results; helpers are reaped
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +16,7 @@ from ember.autoschedule import SearchTask, extract_tasks
 from ember.autoschedule.builder import LocalBuilder
 from ember.autoschedule.measure import MeasureInput, release
 from ember.autoschedule.records import ErrorKind
-from ember.errors import EmberError
+from ember.errors import EmberError, TargetError, ToolchainError
 from ember.schedule.default import default_schedule
 from ember.schedule.state import Location, State
 
@@ -126,3 +127,44 @@ def test_rejects_bad_settings() -> None:
         LocalBuilder(n_parallel=0)
     with pytest.raises(EmberError, match="timeout"):
         LocalBuilder(timeout=0)
+
+
+def test_an_unknown_build_func_is_refused() -> None:
+    with pytest.raises(EmberError, match="build_func='nkd' is unknown: use one of default, ndk"):
+        LocalBuilder(build_func="nkd")
+
+
+def test_ndk_build_func_needs_the_ndk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EMBER_NDK_CC", raising=False)
+    with pytest.raises(ToolchainError, match=r"build_func='ndk'.*set EMBER_NDK_CC"):
+        LocalBuilder(build_func="ndk")
+
+
+def test_ndk_build_func_builds_with_ember_ndk_cc(
+    tasks: dict[str, SearchTask], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The seed's use_ndk: candidates of an Android target are compiled by the command
+    EMBER_NDK_CC names (here a stand-in that logs its calls and runs the aarch64 cross
+    gcc, without clang's -static-openmp); a non-Android task is refused, not built
+    with another compiler."""
+    if shutil.which("aarch64-linux-gnu-gcc") is None:
+        pytest.skip("aarch64-linux-gnu-gcc is not installed (make test installs it as root)")
+    log = tmp_path / "calls.log"
+    clang = tmp_path / "aarch64-linux-android28-clang"
+    clang.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {log}\n'
+        'for a in "$@"; do shift; [ "$a" = -static-openmp ] || set -- "$@" "$a"; done\n'
+        'exec aarch64-linux-gnu-gcc "$@"\n'
+    )
+    clang.chmod(0o755)
+    monkeypatch.setenv("EMBER_NDK_CC", str(clang))
+    pool = tasks["pool"]
+    android = SearchTask.create(pool.compute_dag, "llvm -mtriple=aarch64-linux-android")
+    with LocalBuilder(n_parallel=1, build_func="ndk") as builder:
+        [result] = builder.build([default_input(android)])
+        assert result.ok, result.message
+        assert "-static-openmp" in log.read_text()
+        with pytest.raises(TargetError, match="is not an Android triple"):
+            builder.build([default_input(pool)])
+        release([result])

@@ -7,6 +7,7 @@ under emulation mean nothing; only behaviour and numbers are checked."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,27 +86,45 @@ def test_aarch64_candidates_are_timed_and_checked_on_two_boards(arm_farm: Farm) 
     assert all(v.error.value == "none" for v in verdicts), [v.message for v in verdicts]
 
 
+@pytest.mark.parametrize(
+    ("size", "trials", "per_round"),
+    [(64, 16, 8), pytest.param(224, 200, 64, marks=pytest.mark.slow)],
+    ids=["64x64-16-trials", "224x224-200-trials"],
+)
 def test_the_seeds_flow_on_emulated_boards(
-    arm_farm: Farm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    arm_farm: Farm,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    size: int,
+    trials: int,
+    per_round: int,
 ) -> None:
-    # The tutorial's steps with Ember's commands: tasks, tune through the tracker,
-    # compile with the records, run on a board; MobileNet at 64x64 to stay short.
-    model = ["mobilenet", "--layout", "NHWC", "--input-shapes", "data:[1,64,64,3]"]
+    # The tutorial's steps with Ember's commands: tasks, tune through the tracker on
+    # both boards, compile with the records, run on a board. `make test` tunes
+    # MobileNet at 64x64 briefly; `make test-all` the tutorial's 224x224, 200 trials.
+    model = ["mobilenet", "--layout", "NHWC", "--input-shapes", f"data:[1,{size},{size},3]"]
     log, artifact = tmp_path / "mobilenet-NHWCB1-llvm.json", tmp_path / "net.tar"
     assert main(["tasks", *model, "--target", TARGET]) == 0
-    assert "Task 0" in capsys.readouterr().out
+    listed = capsys.readouterr().out
+    assert "Task 0" in listed and "Task 21" in listed  # the tutorial's 22 tasks
     farm = ["--rpc-tracker", arm_farm.address, "--rpc-key", KEY]
-    assert main(["tune", *model, "--target", TARGET, *farm, "--trials", "16",
-                 "--per-round", "8", "--seed", "0", "-o", str(log)]) == 0  # fmt: skip
+    tune = ["tune", *model, "--target", TARGET, *farm, "--trials", str(trials),
+            "--per-round", str(per_round), "--seed", "0", "-o", str(log)]  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="ember.rpc"):
+        assert main(tune) == 0
+    assert "(2 boards)" in caplog.text  # both boards measured
     assert main(["compile", *model, "--target", TARGET, "--tuning-records", str(log),
                  "-o", str(artifact)]) == 0  # fmt: skip
     assert "tuned schedules:" in capsys.readouterr().out
-    x = np.random.default_rng(0).uniform(0, 1, (1, 64, 64, 3)).astype("float32")
+    x = np.random.default_rng(0).uniform(0, 1, (1, size, size, 3)).astype("float32")
     np.savez(tmp_path / "x.npz", data=x)
     assert main(["run", str(artifact), *farm, "--inputs", str(tmp_path / "x.npz"), "-o",
                  str(tmp_path / "out.npz"), "--print-time", "--repeat", "3"]) == 0  # fmt: skip
     assert "Execution time summary" in capsys.readouterr().out
-    graph, params = ember.testing.get_workload("mobilenet", layout="NHWC", image_shape=(64, 64, 3))
+    graph, params = ember.testing.get_workload(
+        "mobilenet", layout="NHWC", image_shape=(size, size, 3)
+    )
     (expected,) = interpret(graph, params, {graph.inputs[0].name: x}).values()
     np.testing.assert_allclose(
         np.load(tmp_path / "out.npz")["output_0"], expected, rtol=1e-4, atol=1e-6
