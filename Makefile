@@ -27,11 +27,13 @@ $(VENV)/.installed-examples: pyproject.toml | $(BIN)/activate
 demo: $(VENV)/.installed-examples
 	$(BIN)/python -m ember.testing.demo
 
-# The aarch64 tests cross-compile kernels and run them under qemu. Install the tools
+# The aarch64 and 32-bit ARM tests cross-compile kernels and run them under qemu. Install the tools
 # when we can (root with apt-get); otherwise those tests skip and say why.
-CROSS_PACKAGES := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+CROSS_PACKAGES := gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf \
+  libc6-dev-armhf-cross qemu-user
 cross-tools:
-	@if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then \
+	@if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v arm-linux-gnueabihf-gcc >/dev/null \
+	    || ! command -v qemu-aarch64 >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	      apt-get install -y -qq $(CROSS_PACKAGES)) >/dev/null 2>&1 || true; \

@@ -263,7 +263,9 @@ def _table_entry(target: Target) -> _CpuEntry | None:
             stacklevel=3,
         )
         return None
-    if entry.arch != arch:
+    # ARMv8-A cores also run 32-bit code: a Raspberry Pi 4 with a 32-bit OS is a
+    # Cortex-A72 in AArch32 (with AArch32's 16 quad registers: `device_model`).
+    if entry.arch != arch and not (arch == "arm" and entry.arch == "aarch64"):
         raise TargetError(
             f"-mcpu={cpu} is an {entry.arch} CPU, but target {target} is for {arch} "
             f"({target.triple}): fix -mtriple or -mcpu"

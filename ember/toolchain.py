@@ -116,7 +116,7 @@ def _compiler_command(target: Target) -> tuple[str, ...]:
         raise ToolchainError(
             "no C compiler found on PATH: install gcc (apt-get install gcc) or set CC"
         )
-    triple = target.triple
+    triple = _gnu_triple(target)
     cross = f"{triple}-gcc"
     if shutil.which(cross) is None:
         raise ToolchainError(
@@ -126,15 +126,26 @@ def _compiler_command(target: Target) -> tuple[str, ...]:
     return (cross,)
 
 
+def _gnu_triple(target: Target) -> str:
+    """The triple GNU cross compilers are named by: 32-bit ARM's `armv7l-linux-
+    gnueabihf` (what `uname -m` says on a Raspberry Pi) is Debian's
+    `arm-linux-gnueabihf`."""
+    rest = target.triple.partition("-")[2]
+    if target.target_arch == "arm" and rest:
+        return f"arm-{rest}"
+    return target.triple
+
+
 def _target_flags(target: Target) -> tuple[str, ...]:
     """-march/-mcpu and feature flags for the target's architecture."""
     flags = list(_arch_flags(target))
-    if target.target_arch == "aarch64" and not target.is_android:
+    if target.target_arch in ("aarch64", "arm") and not target.is_android:
         # GCC's scheduling before register allocation hoists every load of an unrolled
-        # register tile ahead of its FMAs (all of fmla's operands are registers on
-        # AArch64), and the accumulators then go through the stack; without it a tile
-        # of up to 28 accumulators stays in registers (read from objdump in
-        # tests/schedule/test_neon_disassembly.py). The NDK's clang has no such pass.
+        # register tile ahead of its FMAs (all of an ARM FMA's operands are registers),
+        # and the accumulators then go through the stack; without it a tile of up to
+        # 28 accumulators stays in registers on AArch64 (read from objdump in
+        # tests/schedule/test_neon_disassembly.py), and 32-bit ARM spills less. The
+        # NDK's clang has no such pass.
         flags.append("-fno-schedule-insns")
     if target.is_android:
         flags.append("-static-openmp")  # Android ships no libomp.so
@@ -156,7 +167,35 @@ def _arch_flags(target: Target) -> tuple[str, ...]:
     if target.target_arch == "x86_64":
         march = ("-march=native",) if target.is_native else (f"-march={cpu}",) if cpu else ()
         return (*march, *(f"-m{a[1:]}" if a[0] == "+" else f"-mno-{a[1:]}" for a in target.mattr))
+    if target.target_arch == "arm":
+        return _arm32_flags(target)
     return (f"-mcpu={cpu}",) if cpu else ()
+
+
+# 32-bit-only ARM cores; every other -mcpu an ARM target names is an ARMv8 core.
+_ARMV7_CORES = frozenset(
+    ("cortex-a5", "cortex-a7", "cortex-a8", "cortex-a9", "cortex-a15", "cortex-a17")
+)
+
+
+def _arm32_flags(target: Target) -> tuple[str, ...]:
+    """32-bit ARM (ARMv7-A and ARMv8 cores in AArch32), hard float. NEON is a
+    floating-point unit choice (`-mfpu`): neon-vfpv4 (fused multiply-add, Cortex-A7
+    and later) or, for an ARMv8 core, neon-fp-armv8.
+
+    ARMv7 NEON flushes subnormals to zero, so GCC emits NEON float arithmetic for
+    Ember's vector types only under -funsafe-math-optimizations; without it every
+    vector FMA becomes four scalar VFP ones through memory (read from objdump). With
+    it GCC may also reassociate and use reciprocals: results stay within the fp32
+    tolerance of the tests, not bit for bit those of the other targets."""
+    neon = "-neon" not in target.mattr
+    cpu = target.mcpu
+    armv8 = cpu is not None and cpu not in _ARMV7_CORES
+    fpu = ("neon-fp-armv8" if armv8 else "neon-vfpv4") if neon else "vfpv4"
+    flags = [f"-mcpu={cpu}" if cpu else "-march=armv7-a", f"-mfpu={fpu}", "-mfloat-abi=hard"]
+    if neon:
+        flags.append("-funsafe-math-optimizations")
+    return tuple(flags)
 
 
 @functools.cache

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -215,7 +216,7 @@ def test_progress_bar_on_request(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 AARCH64 = "llvm -mtriple=aarch64-linux-gnu -mattr=+neon"
-AARCH64_SYSROOT = Path("/usr/aarch64-linux-gnu")
+ARMV7L = "llvm -mtriple=armv7l-linux-gnueabihf -mcpu=cortex-a72 -mattr=+neon"
 
 # Runs a library from C: params from a safetensors file, one input, one output.
 DRIVER = r"""
@@ -250,28 +251,52 @@ int main(int argc, char** argv) {
 """
 
 
-def test_cross_build_runs_on_aarch64_under_qemu(tmp_path: Path) -> None:
-    graph, params = get_workload("mobilenet", image_shape=(3, 32, 32))
+@dataclass(frozen=True)
+class CrossBoard:
+    """A cross target and what runs its code here: the compiler's prefix, the ELF
+    machine number, qemu-user's name and the libc sysroot it loads from."""
+
+    target: str
+    prefix: str
+    machine: int
+    qemu: str
+
+    @property
+    def sysroot(self) -> Path:
+        return Path(f"/usr/{self.prefix}")
+
+
+CROSS_BOARDS = [
+    pytest.param(CrossBoard(AARCH64, "aarch64-linux-gnu", 183, "qemu-aarch64"), id="aarch64"),
+    # A Raspberry Pi with a 32-bit OS: `uname -m` says armv7l; NEON through -mfpu.
+    pytest.param(CrossBoard(ARMV7L, "arm-linux-gnueabihf", 40, "qemu-arm"), id="armv7l"),
+]
+
+
+@pytest.mark.parametrize("board", CROSS_BOARDS)
+@pytest.mark.parametrize("network", ["mobilenet", "resnet-18"])
+def test_cross_build_runs_under_qemu(tmp_path: Path, board: CrossBoard, network: str) -> None:
+    graph, params = get_workload(network, image_shape=(3, 32, 32))
     try:
-        library = ember.build(graph, AARCH64, params=params)
+        library = ember.build(graph, board.target, params=params)
     except ToolchainError as error:
-        pytest.skip(f"no aarch64 cross compiler: {error}")
+        pytest.skip(f"no {board.prefix} cross compiler: {error}")
     header = library.so_path.read_bytes()[:20]
-    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183
-    assert library.metadata["target"] == AARCH64
-    if shutil.which("qemu-aarch64") is None or not AARCH64_SYSROOT.is_dir():
-        pytest.skip("qemu-aarch64 or the aarch64 sysroot is not installed")
+    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == board.machine
+    assert library.metadata["target"] == str(ember.Target(board.target))
+    if shutil.which(board.qemu) is None or not board.sysroot.is_dir():
+        pytest.skip(f"{board.qemu} or the {board.prefix} sysroot is not installed")
     (tmp_path / "driver.c").write_text(DRIVER)
     driver = tmp_path / "driver"
-    cc = ["aarch64-linux-gnu-gcc", str(tmp_path / "driver.c"), str(library.so_path)]
+    cc = [f"{board.prefix}-gcc", str(tmp_path / "driver.c"), str(library.so_path)]
     subprocess.run([*cc, "-o", str(driver)], check=True)
     safetensors.numpy.save_file(library.params, str(tmp_path / "mod.params"))
     data = random_inputs(graph)["data"]
     data.tofile(tmp_path / "input.bin")
     out_bytes = graph.outputs[0].type.nbytes
     args = ["mod.params", "input.bin", str(data.nbytes), "output.bin", str(out_bytes)]
-    qemu = ["qemu-aarch64", "-L", str(AARCH64_SYSROOT), str(driver), *args]
-    subprocess.run(qemu, cwd=tmp_path, check=True, timeout=120)
+    qemu = [board.qemu, "-L", str(board.sysroot), str(driver), *args]
+    subprocess.run(qemu, cwd=tmp_path, check=True, timeout=300)
     actual = np.fromfile(tmp_path / "output.bin", "float32").reshape(graph.outputs[0].shape)
     expected = interpret(graph, params, {"data": data})[graph.outputs[0].name]
     np.testing.assert_allclose(actual, expected, rtol=RTOL, atol=ATOL)

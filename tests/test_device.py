@@ -309,3 +309,11 @@ def test_a_board_reports_only_flags_of_its_own_architecture(
     assert description["triple"] == triple and description["arch"] == triple.split("-")[0]
     assert bool(description["features"]) is reported
     assert description["cpu"] == ("Some CPU" if reported else "")
+
+
+def test_a_32_bit_arm_board_has_16_quad_registers() -> None:
+    """A Raspberry Pi 4 with a 32-bit OS: the Cortex-A72 of the table (an ARMv8 core
+    runs AArch32 code), with AArch32 NEON's 16 quad registers."""
+    board = device_model(Target("llvm -mtriple=armv7l-linux-gnueabihf -mcpu=cortex-a72"))
+    assert (board.arch, board.vector_registers, board.fp32_lanes) == ("arm", 16, 4)
+    assert board.num_cores == 4 and board.fma_register_operands and board.has("neon")

@@ -65,6 +65,16 @@ def test_cross_flags_come_from_cpu_and_attributes() -> None:
         "-mavx2",
         "-mno-avx512f",
     )
+    # 32-bit ARM: NEON through -mfpu, and GCC uses it for float vectors only with
+    # -funsafe-math-optimizations (toolchain._arm32_flags).
+    assert flags(Target("llvm -mtriple=armv7l-linux-gnueabihf -mattr=+neon")) == (
+        "-march=armv7-a", "-mfpu=neon-vfpv4", "-mfloat-abi=hard", "-funsafe-math-optimizations",
+        "-fno-schedule-insns",
+    )  # fmt: skip
+    assert flags(Target("llvm -mtriple=armv7l-linux-gnueabihf -mcpu=cortex-a72"))[:2] == (
+        "-mcpu=cortex-a72", "-mfpu=neon-fp-armv8"
+    )  # fmt: skip
+    assert flags(Target("llvm -mtriple=armv7l-linux-gnueabihf -mattr=-neon"))[1] == "-mfpu=vfpv4"
     android = flags(Target("llvm -mtriple=aarch64-linux-android"))
     assert "-static-openmp" in android and "-fno-schedule-insns" not in android  # clang
 
@@ -77,6 +87,8 @@ def test_missing_cross_compiler_says_what_to_install(
         find_compiler(Target("llvm -mtriple=aarch64-linux-gnu -mattr=+neon"))
     assert "aarch64-linux-gnu-gcc" in str(error.value)
     assert "apt-get install gcc-aarch64-linux-gnu" in str(error.value)
+    with pytest.raises(ToolchainError, match=r"install gcc-arm-linux-gnueabihf\)"):
+        find_compiler(Target("llvm -mtriple=armv7l-linux-gnueabihf"))
     with pytest.raises(ToolchainError, match="install gcc"):
         find_compiler(Target("llvm"))
 

@@ -44,6 +44,13 @@ BUNDLED_MODULES = (
 _MAIN = """\
 import sys
 
+if sys.version_info < (3, 11):
+    sys.exit(
+        "ember-server.pyz needs Python 3.11 or newer, this is " + sys.version.split()[0]
+        + ": run it with python3.11 (Debian 12 / Raspberry Pi OS bookworm: apt-get "
+        "install python3.11-minimal)"
+    )
+
 from ember.cli_commands.rpc import server_main
 
 sys.exit(server_main())

@@ -163,6 +163,21 @@ def test_the_bundle_serves_under_a_bare_python(farm: Farm, artifact: Path, tmp_p
     assert str(ROOT) not in bundle.read_bytes().decode("latin-1")
 
 
+def test_the_bundle_names_the_python_it_needs(tmp_path: Path) -> None:
+    """A board's older Python (Ubuntu 22.04 has 3.10) gets the version to install, not
+    a traceback from the first syntax it lacks."""
+    bundle = write_bundle(tmp_path / "ember-server.pyz")
+    older = (
+        "import runpy, sys; sys.version_info = (3, 10, 12); sys.argv = ['ember-server.pyz']; "
+        f"runpy.run_path({str(bundle)!r}, run_name='__main__')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", older], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    assert "needs Python 3.11 or newer" in result.stderr and "python3.11" in result.stderr
+
+
 def test_the_bundle_holds_every_device_module() -> None:
     from test_imports import SERVER_MODULES
 
