@@ -40,10 +40,15 @@ cross-tools:
 	  fi; \
 	fi
 
-# Emulated AArch64 boards (ember/testing/arm_board.py): Debian's arm64 Python run under
-# qemu-aarch64. Set up when we can (root with apt); otherwise those tests skip and say why.
+# Emulated ARM boards (ember/testing/arm_board.py): Debian's arm64 and armhf Pythons run
+# under qemu-aarch64 / qemu-arm. Set up when we can (root with apt); otherwise those tests
+# skip and say why.
 arm-boards: $(VENV)/.installed-base cross-tools
-	@if [ "$$(id -u)" = 0 ]; then $(BIN)/python -m ember.testing.arm_board --setup >/dev/null 2>&1 || true; fi
+	@if [ "$$(id -u)" = 0 ]; then \
+	  for arch in arm64 armhf; do \
+	    $(BIN)/python -m ember.testing.arm_board --setup --arch $$arch >/dev/null 2>&1 || true; \
+	  done; \
+	fi
 
 test: $(VENV)/.installed-test cross-tools arm-boards
 	$(BIN)/python -m pytest -q

@@ -55,7 +55,8 @@ def host_triple() -> str:
     arch = _normalise_arch(platform.machine() or "unknown")
     system = platform.system().lower()
     if system == "linux":
-        return f"{arch}-linux-gnu"
+        # 32-bit ARM Linux is hard-float (Raspberry Pi OS, Debian's armhf).
+        return f"{arch}-linux-gnueabihf" if arch == "arm" else f"{arch}-linux-gnu"
     if system == "darwin":
         return f"{arch}-apple-darwin"
     return f"{arch}-unknown-{system or 'unknown'}"

@@ -96,3 +96,24 @@ def test_native_means_no_triple_and_no_cpu() -> None:
     portable = Target(f"llvm -mtriple={host_triple()}")
     assert portable.is_host and not portable.is_native
     assert not Target("llvm -mcpu=znver4").is_native
+
+
+@pytest.mark.parametrize(
+    ("machine", "triple"),
+    [("x86_64", "x86_64-linux-gnu"), ("aarch64", "aarch64-linux-gnu"),
+     ("armv7l", "arm-linux-gnueabihf"), ("i686", "i386-linux-gnu")],
+)  # fmt: skip
+def test_host_triples_name_the_cross_compilers(
+    monkeypatch: pytest.MonkeyPatch, machine: str, triple: str
+) -> None:
+    """What a board reports: `uname -m` normalised, in the form Debian's cross
+    compilers are named by (32-bit ARM Linux is hard-float)."""
+    import platform
+
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    monkeypatch.setattr(platform, "system", lambda: "Linux")
+    host_triple.cache_clear()
+    try:
+        assert host_triple() == triple
+    finally:
+        host_triple.cache_clear()

@@ -1,0 +1,104 @@
+"""An emulated 32-bit ARM board (a Raspberry Pi with a 32-bit OS: Debian's armhf
+Python running the device server bundle under qemu-arm) behind a tracker: the tuning
+tutorial's flow for `-mtriple=armv7l-linux-gnueabihf` (tasks, tune on the board,
+compile with the records, run there) equal to the reference interpreter, and every
+kernel family of the kernel tests checked on the board. Skips, saying why, where the
+board cannot be set up (`python -m ember.testing.arm_board --setup --arch armhf`,
+which `make test` runs as root). Times under emulation mean nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from farm import WAIT, Farm, board_counts, wait_until
+
+import ember
+from ember.autoschedule import LocalBuilder, extract_tasks
+from ember.autoschedule.measure import MeasureInput, release
+from ember.autoschedule.rpc_runner import RPCRunner
+from ember.cli import main
+from ember.graph import interpret
+from ember.schedule.default import default_schedule
+from ember.testing.arm_board import ARCHES, ArmBoard, unavailable_reason
+
+KEY = "rasp4b"
+TARGET = "llvm -mtriple=armv7l-linux-gnueabihf -mcpu=cortex-a72 -mattr=+neon"
+ARMHF = ARCHES["armhf"]
+
+
+@pytest.fixture(scope="module")
+def arm32_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
+    reason = unavailable_reason(ARMHF)
+    if reason is not None:
+        pytest.skip(f"no emulated 32-bit ARM board: {reason}")
+    farm = Farm()
+    board = None
+    try:
+        work_dir = tmp_path_factory.mktemp("arm32-board")
+        board = ArmBoard(farm.address, KEY, work_dir=str(work_dir), arch=ARMHF)
+        wait_until(lambda: board_counts(farm.tracker, KEY)["total"] == 1, "a 32-bit ARM board")
+        yield farm
+    finally:
+        if board is not None:
+            board.stop()
+        farm.stop()
+
+
+def test_the_seeds_flow_on_a_32_bit_board(
+    arm32_farm: Farm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    [server] = arm32_farm.tracker.summary()["servers"]
+    assert server["device"]["arch"] == "arm"
+    model = ["mobilenet", "--layout", "NHWC", "--input-shapes", "data:[1,32,32,3]"]
+    log, artifact = tmp_path / "mobilenet-NHWCB1-llvm.json", tmp_path / "net.tar"
+    assert main(["tasks", *model, "--target", TARGET]) == 0
+    farm = ["--rpc-tracker", arm32_farm.address, "--rpc-key", KEY]
+    assert main(["tune", *model, "--target", TARGET, *farm, "--trials", "8",
+                 "--per-round", "8", "--seed", "0", "-o", str(log)]) == 0  # fmt: skip
+    assert main(["compile", *model, "--target", TARGET, "--tuning-records", str(log),
+                 "-o", str(artifact)]) == 0  # fmt: skip
+    assert "tuned schedules:" in capsys.readouterr().out
+    x = np.random.default_rng(0).uniform(0, 1, (1, 32, 32, 3)).astype("float32")
+    np.savez(tmp_path / "x.npz", data=x)
+    assert main(["run", str(artifact), *farm, "--inputs", str(tmp_path / "x.npz"), "-o",
+                 str(tmp_path / "out.npz"), "--print-time", "--repeat", "3"]) == 0  # fmt: skip
+    assert "Execution time summary" in capsys.readouterr().out
+    graph, params = ember.testing.get_workload("mobilenet", layout="NHWC", image_shape=(32, 32, 3))
+    (expected,) = interpret(graph, params, {graph.inputs[0].name: x}).values()
+    # 32-bit NEON code is built with -funsafe-math-optimizations (ember.toolchain):
+    # within the fp32 tolerance, not bit for bit.
+    np.testing.assert_allclose(
+        np.load(tmp_path / "out.npz")["output_0"], expected, rtol=1e-4, atol=1e-6
+    )
+
+
+def test_every_kernel_family_on_a_32_bit_board(arm32_farm: Farm) -> None:
+    # Each op case of the kernel tests, as a task for the board's target under its
+    # default schedule, checked on the board against the DAG's reference evaluation.
+    from test_kernels import CASES, case_graph
+
+    inputs, seen = [], set()
+    for case in CASES:
+        graph, params, _ = case_graph(case)
+        tasks, _ = extract_tasks(graph, params, TARGET, include_simple_tasks=True)
+        for task in tasks:
+            if task.workload_key not in seen:
+                seen.add(task.workload_key)
+                inputs.append(MeasureInput(task, default_schedule(task.compute_dag, task.target)))
+    host, port = arm32_farm.address.split(":")
+    runner = RPCRunner(KEY, host, int(port), n_parallel=1, min_repeat_ms=0, timeout=WAIT)
+    with LocalBuilder() as builder, runner:
+        built = builder.build(inputs)
+        assert all(b.ok for b in built), [b.message for b in built if not b.ok][:3]
+        verdicts = [runner.check(i, b) for i, b in zip(inputs, built, strict=True)]
+        release(built)
+    wrong = [
+        (i.task.desc, v.message)
+        for i, v in zip(inputs, verdicts, strict=True)
+        if v.error.value != "none"
+    ]
+    assert not wrong, wrong[:5]
+    assert len(inputs) > 100
