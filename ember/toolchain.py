@@ -68,9 +68,14 @@ class Compiler:
     command: tuple[str, ...]
     flags: tuple[str, ...]
     version: str
+    # Flags for compiling C and never for a link (`-c` in the arguments): a link with
+    # -funsafe-math-optimizations adds crtfastmath.o, whose constructor turns on
+    # flush-to-zero in every process that loads the library (32-bit ARM).
+    compile_flags: tuple[str, ...] = ()
 
     def argv(self, *args: str) -> list[str]:
-        return [*self.command, *BASE_FLAGS, *QUIET_FLAGS, *self.flags, *args]
+        compiling = self.compile_flags if "-c" in args else ()
+        return [*self.command, *BASE_FLAGS, *QUIET_FLAGS, *self.flags, *compiling, *args]
 
 
 def find_compiler(target: Target | str) -> Compiler:
@@ -82,7 +87,9 @@ def find_compiler(target: Target | str) -> Compiler:
             "('llvm' or 'c', with -mtriple/-mcpu/-mattr)"
         )
     command = _compiler_command(target)
-    return Compiler(command, _target_flags(target), _compiler_version(command))
+    return Compiler(
+        command, _target_flags(target), _compiler_version(command), _compile_only_flags(target)
+    )
 
 
 def ndk_compiler(why: str) -> tuple[str, ...]:
@@ -187,15 +194,22 @@ def _arm32_flags(target: Target) -> tuple[str, ...]:
     Ember's vector types only under -funsafe-math-optimizations; without it every
     vector FMA becomes four scalar VFP ones through memory (read from objdump). With
     it GCC may also reassociate and use reciprocals: results stay within the fp32
-    tolerance of the tests, not bit for bit those of the other targets."""
+    tolerance of the tests, not bit for bit those of the other targets. The flag is a
+    compile flag only (`_compile_only_flags`): given to a link, GCC 12 adds the
+    startup code that sets flush-to-zero for the whole process loading the library."""
     neon = "-neon" not in target.mattr
     cpu = target.mcpu
     armv8 = cpu is not None and cpu not in _ARMV7_CORES
     fpu = ("neon-fp-armv8" if armv8 else "neon-vfpv4") if neon else "vfpv4"
-    flags = [f"-mcpu={cpu}" if cpu else "-march=armv7-a", f"-mfpu={fpu}", "-mfloat-abi=hard"]
-    if neon:
-        flags.append("-funsafe-math-optimizations")
-    return tuple(flags)
+    return (f"-mcpu={cpu}" if cpu else "-march=armv7-a", f"-mfpu={fpu}", "-mfloat-abi=hard")
+
+
+def _compile_only_flags(target: Target) -> tuple[str, ...]:
+    """Flags for `Compiler.compile_flags`: -funsafe-math-optimizations where 32-bit
+    ARM code uses NEON (`_arm32_flags` says why), kept off the link."""
+    if target.target_arch == "arm" and "-neon" not in target.mattr:
+        return ("-funsafe-math-optimizations",)
+    return ()
 
 
 @functools.cache
@@ -281,7 +295,7 @@ def _build(
     if not sources:
         raise ValueError("compile needs at least one source")
     digest = hashlib.sha256()
-    argv = compiler.argv(*link_flags)
+    argv = [*compiler.argv(*link_flags), *compiler.compile_flags]
     # -march=native code differs per CPU; a cache shared between machines must not mix.
     cpu = sorted(host_cpu_features()) if any("native" in flag for flag in argv) else []
     for part in (compiler.version, *argv, *cpu, *sources):
@@ -311,7 +325,9 @@ def _build_into(
             file.write_text(source)
         output = work / f"out{final.suffix}"
         libraries = () if "-c" in link_flags else ("-lm",)  # objects link nothing yet
-        if len(files) == 1:  # one compiler process does compile and link
+        # One compiler process compiles and links, unless a link must not see the
+        # compile-only flags (then objects first, as for several sources).
+        if len(files) == 1 and ("-c" in link_flags or not compiler.compile_flags):
             inputs = list(map(str, files))
         else:
             inputs = list(map(str, _compile_objects(compiler, files, keep_failed)))

@@ -3,6 +3,7 @@ with checked arguments, and aarch64 kernels cross-compiled and run under qemu.""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -66,10 +67,9 @@ def test_cross_flags_come_from_cpu_and_attributes() -> None:
         "-mno-avx512f",
     )
     # 32-bit ARM: NEON through -mfpu, and GCC uses it for float vectors only with
-    # -funsafe-math-optimizations (toolchain._arm32_flags).
+    # -funsafe-math-optimizations (toolchain._arm32_flags), a compile-only flag.
     assert flags(Target("llvm -mtriple=armv7l-linux-gnueabihf -mattr=+neon")) == (
-        "-march=armv7-a", "-mfpu=neon-vfpv4", "-mfloat-abi=hard", "-funsafe-math-optimizations",
-        "-fno-schedule-insns",
+        "-march=armv7-a", "-mfpu=neon-vfpv4", "-mfloat-abi=hard", "-fno-schedule-insns",
     )  # fmt: skip
     assert flags(Target("llvm -mtriple=armv7l-linux-gnueabihf -mcpu=cortex-a72"))[:2] == (
         "-mcpu=cortex-a72", "-mfpu=neon-fp-armv8"
@@ -280,3 +280,31 @@ def test_aarch64_kernels_run_under_qemu(func: PrimFunc, tmp_path: Path) -> None:
     np.testing.assert_allclose(results[-1], expected, rtol=1e-5, atol=1e-6)
     source = kernel_source(func)
     assert "float32x" in source  # really vector code, not a scalar fallback
+
+
+def test_32_bit_arm_libraries_leave_the_process_floating_point_alone() -> None:
+    """-funsafe-math-optimizations (32-bit NEON) only compiles: at a link GCC 12 adds
+    crtfastmath.o, whose constructor would set flush-to-zero for every process that
+    loads the library. The code still uses NEON's quad-register FMA."""
+    target = Target("llvm -mtriple=armv7l-linux-gnueabihf -mattr=+neon")
+    try:
+        compiler = find_compiler(target)
+    except ToolchainError as error:
+        pytest.skip(f"no 32-bit ARM cross compiler: {error}")
+    assert compiler.compile_flags == ("-funsafe-math-optimizations",)
+    assert "-funsafe-math-optimizations" not in compiler.argv("-shared")
+    source = """
+typedef float float32x4 __attribute__((vector_size(16)));
+void axpy(float32x4* restrict y, const float32x4* restrict x, float a, int n) {
+  for (int i = 0; i < n; ++i) y[i] += (float32x4){a, a, a, a} * x[i];
+}
+"""
+    single = toolchain.compile_shared([source], target)
+    linked = toolchain.link_shared([toolchain.compile_object(source, target)], target)
+    for library in (single, linked):
+        symbols = subprocess.run(
+            ["arm-linux-gnueabihf-objdump", "-d", str(library)],
+            capture_output=True, text=True, check=True, timeout=60,
+        ).stdout  # fmt: skip
+        assert "set_fast_math" not in symbols
+        assert re.search(r"vfma\.f32\s+q", symbols), "no NEON quad-register FMA"

@@ -199,11 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", choices=sorted(ARCHES), default="arm64",
                         help="arm64 (a 64-bit OS; default) or armhf (32-bit, armv7l)")  # fmt: skip
     parser.add_argument("--tracker", default="127.0.0.1:9190", help="HOST:PORT (127.0.0.1:9190)")
-    parser.add_argument("--key", default="rasp4b-64", help="the boards' key (rasp4b-64)")
+    parser.add_argument(
+        "--key", help="the boards' key (rasp4b-64 for arm64, rasp4b for armhf: the tutorials')"
+    )
     parser.add_argument("--count", type=int, default=1, help="boards to start (1)")
     parser.add_argument("--token-file", help="the farm's token")
     args = parser.parse_args(argv)
     arch = ARCHES[args.arch]
+    args.key = args.key or ("rasp4b-64" if arch is ARM64 else "rasp4b")
     try:
         if args.setup:
             print(f"{arch.name} Python ready in {setup(arch)}")
