@@ -13,15 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from boards import check_every_kernel_family
 from farm import WAIT, Farm, board_counts, wait_until
 
 import ember
-from ember.autoschedule import LocalBuilder, extract_tasks
-from ember.autoschedule.measure import MeasureInput, release
-from ember.autoschedule.rpc_runner import RPCRunner
 from ember.cli import main
 from ember.graph import interpret
-from ember.schedule.default import default_schedule
 from ember.testing.arm_board import ARCHES, ArmBoard, unavailable_reason
 
 KEY = "rasp4b"
@@ -76,29 +73,4 @@ def test_the_seeds_flow_on_a_32_bit_board(
 
 
 def test_every_kernel_family_on_a_32_bit_board(arm32_farm: Farm) -> None:
-    # Each op case of the kernel tests, as a task for the board's target under its
-    # default schedule, checked on the board against the DAG's reference evaluation.
-    from test_kernels import CASES, case_graph
-
-    inputs, seen = [], set()
-    for case in CASES:
-        graph, params, _ = case_graph(case)
-        tasks, _ = extract_tasks(graph, params, TARGET, include_simple_tasks=True)
-        for task in tasks:
-            if task.workload_key not in seen:
-                seen.add(task.workload_key)
-                inputs.append(MeasureInput(task, default_schedule(task.compute_dag, task.target)))
-    host, port = arm32_farm.address.split(":")
-    runner = RPCRunner(KEY, host, int(port), n_parallel=1, min_repeat_ms=0, timeout=WAIT)
-    with LocalBuilder() as builder, runner:
-        built = builder.build(inputs)
-        assert all(b.ok for b in built), [b.message for b in built if not b.ok][:3]
-        verdicts = [runner.check(i, b) for i, b in zip(inputs, built, strict=True)]
-        release(built)
-    wrong = [
-        (i.task.desc, v.message)
-        for i, v in zip(inputs, verdicts, strict=True)
-        if v.error.value != "none"
-    ]
-    assert not wrong, wrong[:5]
-    assert len(inputs) > 100
+    check_every_kernel_family(arm32_farm.address, KEY, TARGET, boards=1, timeout=WAIT)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from boards import check_every_kernel_family
 from farm import WAIT, Farm, board_counts, wait_until
 
 import ember
@@ -132,32 +133,7 @@ def test_the_seeds_flow_on_emulated_boards(
 
 
 def test_every_kernel_family_on_an_emulated_board(arm_farm: Farm) -> None:
-    # Each op case of the kernel tests, as a task for the board's target under its
-    # default schedule, checked on the board against the DAG's reference evaluation.
-    from test_kernels import CASES, case_graph
-
-    inputs, seen = [], set()
-    for case in CASES:
-        graph, params, _ = case_graph(case)
-        tasks, _ = extract_tasks(graph, params, TARGET, include_simple_tasks=True)
-        for task in tasks:
-            if task.workload_key not in seen:
-                seen.add(task.workload_key)
-                inputs.append(MeasureInput(task, default_schedule(task.compute_dag, task.target)))
-    host, port = arm_farm.address.split(":")
-    runner = RPCRunner(KEY, host, int(port), n_parallel=2, min_repeat_ms=0, timeout=WAIT)
-    with LocalBuilder() as builder, runner:
-        built = builder.build(inputs)
-        assert all(b.ok for b in built), [b.message for b in built if not b.ok][:3]
-        verdicts = [runner.check(i, b) for i, b in zip(inputs, built, strict=True)]
-        release(built)
-    wrong = [
-        (i.task.desc, v.message)
-        for i, v in zip(inputs, verdicts, strict=True)
-        if v.error.value != "none"
-    ]
-    assert not wrong, wrong[:5]
-    assert len(inputs) > 100
+    check_every_kernel_family(arm_farm.address, KEY, TARGET, boards=2, timeout=WAIT)
 
 
 def test_the_seeds_flow_from_python(arm_farm: Farm, tmp_path: Path) -> None:
