@@ -193,7 +193,8 @@ class ArmBoard:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ember.testing.arm_board", description=__doc__.split("\n")[0]
+        prog="python -m ember.testing.arm_board",
+        description=" ".join(__doc__.split("\n\n")[0].split()),
     )
     parser.add_argument("--setup", action="store_true", help="set up (as root), then exit")
     parser.add_argument("--arch", choices=sorted(ARCHES), default="arm64",
