@@ -24,6 +24,14 @@ and only along a single-consumer chain:
   depend on this group (so the groups stay acyclic): conv -> add(bias) ->
   add(residual) -> relu is one group.
 
+Beside chains, elementwise diamonds: a value `x` read by several elementwise or
+broadcast nodes whose paths meet again in one node (`x * sigmoid(x)`, GELU's
+`0.5 * x * (1 + erf(x / sqrt 2))`, `x * hardsigmoid(x)`) fuses as one region into
+the group whose tail produces `x`, when every reader of `x` and of the region's
+intermediate values is in the region (so none of them is stored), the region's nodes
+keep `x`'s shape and read nothing else that depends on `x` (`_find_regions`). The
+region's last node becomes the group's tail, and the chain goes on from there.
+
 One prologue: a constant-mode `pad` whose only reader is a conv or pool (as its data)
 joins that anchor's group (a conv's ComputeDAG pads its input anyway). Other
 producers of an anchor (a transpose before a dense, say) stay in their own groups, and
@@ -57,6 +65,8 @@ PROLOGUE_ANCHORS = frozenset({"conv", "conv_pack", "max_pool", "avg_pool"})
 
 # A group's name lists its ops; longer chains are abbreviated after this many.
 NAME_OPS = 5
+# The most nodes an elementwise diamond may hold (GELU's erf form has four).
+MAX_REGION_NODES = 16
 
 
 class GroupKind(enum.Enum):
@@ -140,6 +150,7 @@ def fuse(graph: Graph, params: Mapping[str, np.ndarray]) -> FusedGraph:
     partition = _Partition(graph)
     prologues = _find_prologues(graph, partition)
     prologue_nodes = set(prologues.values())
+    regions = _find_regions(graph, partition)
     for index, node in enumerate(graph.nodes):
         if node.name in prologue_nodes:
             continue  # joins its anchor's group when the anchor is visited
@@ -150,7 +161,7 @@ def fuse(graph: Graph, params: Mapping[str, np.ndarray]) -> FusedGraph:
             prologue = prologues.get(node.name)
             partition.start(index, GroupKind.ANCHOR, partition.index_of(prologue))
         else:
-            target = partition.joinable_group(index, pattern)
+            target = partition.joinable_group(index, pattern, regions.get(node.name))
             if target is None:
                 partition.start(index, GroupKind.INJECTIVE)
             else:
@@ -176,6 +187,80 @@ def _find_prologues(graph: Graph, partition: _Partition) -> dict[str, str]:
     return prologues
 
 
+def _find_regions(graph: Graph, partition: _Partition) -> dict[str, str]:
+    """node name -> the value `x` whose elementwise diamond it belongs to (module
+    docstring): for each value read by two or more nodes, the readers and their
+    readers, added until one value alone leaves the region."""
+    regions: dict[str, str] = {}
+    for node in graph.nodes:
+        for value in node.outputs:
+            if len(partition.readers[value.name]) < 2 or value.name in partition.graph_outputs:
+                continue
+            region = _closed_region(value, partition)
+            if region is not None and not any(name in regions for name in region):
+                regions.update(dict.fromkeys(region, value.name))
+    return regions
+
+
+def _closed_region(source: Value, partition: _Partition) -> list[str] | None:
+    """The nodes of `source`'s diamond in graph order, or None when its readers do not
+    close into one elementwise region of `source`'s shape. Readers are added one at a
+    time in graph order, the earliest first, until one value alone leaves the region:
+    the smallest such region (a merge node comes before anything that reads it)."""
+    order = partition.node_order
+    region: dict[str, Node] = {}
+    inside = {source.name}  # source and the region's outputs
+    while True:
+        leaving = [
+            name
+            for name in inside
+            if name in partition.graph_outputs
+            or any(reader.name not in region for reader in partition.readers[name])
+        ]
+        if len(leaving) == 1 and leaving[0] != source.name and region:
+            break
+        candidates = [
+            reader
+            for name in leaving
+            for reader in partition.readers[name]
+            if reader.name not in region
+        ]
+        if not candidates or len(region) == MAX_REGION_NODES:
+            return None
+        reader = min(candidates, key=lambda node: order[node.name])
+        if not _fits_region(reader, source):
+            return None
+        region[reader.name] = reader
+        inside.update(value.name for value in reader.outputs)
+    # The region's other operands must not depend on `source`: they come from outside
+    # the group the region joins, which must not wait for it.
+    for node in region.values():
+        for value in node.inputs:
+            if value.name not in inside and _depends_on(value, source, partition):
+                return None
+    return sorted(region, key=order.__getitem__)
+
+
+def _fits_region(node: Node, source: Value) -> bool:
+    pattern = get_op(node.op).pattern
+    return pattern <= OpPattern.BROADCAST and all(out.shape == source.shape for out in node.outputs)
+
+
+def _depends_on(value: Value, source: Value, partition: _Partition) -> bool:
+    """Whether `value` is computed from `source` (walking producers back)."""
+    stack, seen = [value.name], {value.name}
+    while stack:
+        name = stack.pop()
+        if name == source.name:
+            return True
+        producer = partition.producers.get(name)
+        for operand in producer.inputs if producer is not None else ():
+            if operand.name not in seen:
+                seen.add(operand.name)
+                stack.append(operand.name)
+    return False
+
+
 class _Partition:
     """Groups under construction: node indices, kinds, tails and group dependencies."""
 
@@ -185,6 +270,8 @@ class _Partition:
         self.readers = graph.consumers()
         self.graph_outputs = {value.name for value in graph.outputs}
         self._node_index = {node.name: i for i, node in enumerate(graph.nodes)}
+        self.node_order = self._node_index
+        self.region_group: dict[str, int] = {}  # diamond source value -> the group it joined
         self.members: list[list[int]] = []
         self.kinds: list[GroupKind] = []
         self.anchors: list[int | None] = []
@@ -225,14 +312,40 @@ class _Partition:
         for value in node.outputs:
             self.group_of_value[value.name] = group
 
-    def joinable_group(self, index: int, pattern: OpPattern) -> int | None:
-        """The group the elementwise/broadcast/injective node `index` may join, if any."""
+    def joinable_group(
+        self, index: int, pattern: OpPattern, region_source: str | None = None
+    ) -> int | None:
+        """The group the elementwise/broadcast/injective node `index` may join, if any;
+        `region_source`: the value whose diamond the node belongs to (`_find_regions`)."""
         node = self.graph.nodes[index]
+        if region_source is not None:
+            group = self._region_group(node, region_source)
+            if group is not None:
+                return group
         for value in node.inputs:
             group = self.group_of_value.get(value.name)
             if group is not None and self._may_join(group, node, value, pattern):
                 return group
         return None
+
+    def _region_group(self, node: Node, source: str) -> int | None:
+        """The group a diamond's node joins: the first node visited takes the region
+        into the group whose tail produces `source` (when that group takes elementwise
+        nodes); the others follow it there."""
+        if source in self.region_group:
+            return self.region_group[source]
+        group = self.group_of_value.get(source)
+        if group is None or self.kinds[group] == GroupKind.OPAQUE:
+            return None
+        tail = self.graph.nodes[self.tails[group]]
+        if not any(value.name == source for value in tail.outputs):
+            return None
+        others = {self.group_of_value.get(value.name) for value in node.inputs}
+        if any(other is not None and other != group and self._reaches(other, group)
+               for other in others):  # fmt: skip
+            return None
+        self.region_group[source] = group
+        return group
 
     def _may_join(self, group: int, node: Node, link: Value, pattern: OpPattern) -> bool:
         kind = self.kinds[group]

@@ -13,6 +13,7 @@ from ember.graph import Graph, GraphBuilder, Value, interpret, verify
 from ember.graph.ops.attrs import (
     AxisAttrs,
     ConvAttrs,
+    HardSigmoidAttrs,
     LayoutAttrs,
     PadAttrs,
     ReduceAttrs,
@@ -149,25 +150,146 @@ def test_group_subgraph_is_self_contained() -> None:
     assert fused.group_of("residual") is group
 
 
-def test_chain_stops_at_a_value_read_twice_or_output() -> None:
+def test_a_diamond_fuses_and_a_graph_output_ends_the_chain() -> None:
     b = GraphBuilder()
     x = b.input("x", (1, 3, 5, 5))
     conv = b.add("conv", [x, b.param("w", weight((3, 3, 3, 3)))], CONV_3X3, name="conv")
-    shared = b.add("relu", [conv], name="shared")  # read twice: the chain ends here
+    shared = b.add("relu", [conv], name="shared")  # read twice, in one diamond
     left = b.add("sigmoid", [shared], name="left")
     right = b.add("tanh", [shared], name="right")
-    exposed = b.add("add", [left, right], name="exposed")  # a graph output: ends too
+    exposed = b.add("add", [left, right], name="exposed")  # a graph output: ends the chain
     after = b.add("negative", [exposed], name="after")
     graph, params = b.build([exposed, after])
     fused = fuse(graph, params)
-    # sigmoid_add starts first but reads tanh's output, so it runs after it.
     assert membership(fused) == [
-        ("conv_relu", ["conv", "shared"]),
-        ("tanh", ["right"]),
-        ("sigmoid_add", ["left", "exposed"]),
+        ("conv_relu_sigmoid_tanh_add", ["conv", "shared", "left", "right", "exposed"]),
         ("negative", ["after"]),
     ]
-    assert fused.groups[2].outputs == (exposed,)
+    assert fused.groups[0].outputs == (exposed,)
+    assert_sound(graph, params, fused)
+
+
+def test_a_value_also_read_outside_a_diamond_is_stored() -> None:
+    """`shared` is read by an elementwise pair and by a pool: it must be stored, so
+    the chain ends at it and its elementwise readers form their own group."""
+    b = GraphBuilder()
+    x = b.input("x", (1, 3, 5, 5))
+    conv = b.add("conv", [x, b.param("w", weight((3, 3, 3, 3)))], CONV_3X3, name="conv")
+    shared = b.add("relu", [conv], name="shared")
+    left = b.add("sigmoid", [shared], name="left")
+    product = b.add("multiply", [shared, left], name="product")
+    pooled = b.add("global_avg_pool", [shared], LayoutAttrs(), name="pool")
+    graph, params = b.build([product, pooled])
+    fused = fuse(graph, params)
+    assert membership(fused) == [
+        ("conv_relu", ["conv", "shared"]),
+        ("sigmoid_multiply", ["left", "product"]),
+        ("global_avg_pool", ["pool"]),
+    ]
+    assert_sound(graph, params, fused)
+
+
+def conv_block(b: GraphBuilder, x: Value, name: str) -> Value:
+    """conv -> add(bias): the value an activation reads."""
+    channels = x.shape[1]
+    w = b.param(f"{name}_w", weight((channels, channels, 3, 3), 3))
+    y = b.add("conv", [x, w], ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1), name=name)
+    return b.add("add", [y, b.param(f"{name}_b", weight((channels, 1, 1), 4))], name=f"{name}_bias")
+
+
+def activation_graph(activation: str) -> tuple[Graph, Params]:
+    """conv -> bias -> an activation spelled as exporters spell it -> conv."""
+    b = GraphBuilder()
+    x = conv_block(b, b.input("x", (1, 4, 6, 6)), "conv1")
+    if activation == "silu":  # x * sigmoid(x)
+        y = b.add("multiply", [x, b.add("sigmoid", [x], name="sig")], name="silu")
+    elif activation == "hard_swish":  # x * hardsigmoid(x)
+        gate = b.add("hard_sigmoid", [x], HardSigmoidAttrs(1 / 6, 0.5), name="hsig")
+        y = b.add("multiply", [x, gate], name="hswish")
+    elif activation == "gelu_erf":  # torch.onnx.export of nn.GELU() at opset 17
+        t = b.add("divide", [x, b.constant(np.float32(np.sqrt(2)))], name="scale")
+        t = b.add("erf", [t], name="erf")
+        t = b.add("add", [t, b.constant(np.float32(1))], name="one_plus")
+        t = b.add("multiply", [x, t], name="times_x")
+        y = b.add("multiply", [t, b.constant(np.float32(0.5))], name="half")
+    else:  # gelu_tanh: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+        cube = b.add("power", [x, b.constant(np.float32(3))], name="cube")
+        t = b.add("multiply", [cube, b.constant(np.float32(0.044715))], name="cubic")
+        t = b.add("add", [x, t], name="inner")
+        t = b.add("multiply", [t, b.constant(np.float32(np.sqrt(2 / np.pi)))], name="scaled")
+        t = b.add("tanh", [t], name="tanh")
+        t = b.add("add", [t, b.constant(np.float32(1))], name="one_plus")
+        t = b.add("multiply", [x, t], name="times_x")
+        y = b.add("multiply", [t, b.constant(np.float32(0.5))], name="half")
+    y = conv_block(b, y, "conv2")
+    return b.build([y])
+
+
+@pytest.mark.parametrize(
+    ("activation", "epilogue"),
+    [
+        ("silu", ["sig", "silu"]),
+        ("hard_swish", ["hsig", "hswish"]),
+        ("gelu_erf", ["scale", "erf", "one_plus", "times_x", "half"]),
+        ("gelu_tanh", ["cube", "cubic", "inner", "scaled", "tanh", "one_plus", "times_x", "half"]),
+    ],
+)
+def test_activations_that_read_their_input_twice_fuse_into_the_conv(
+    activation: str, epilogue: list[str]
+) -> None:
+    graph, params = activation_graph(activation)
+    fused = fuse(graph, params)
+    assert [nodes for _, nodes in membership(fused)] == [
+        ["conv1", "conv1_bias", *epilogue],
+        ["conv2", "conv2_bias"],
+    ]
+    assert fused.groups[0].anchor is not None and fused.groups[0].anchor.name == "conv1"
+    assert [v.name for v in fused.groups[0].outputs] == [epilogue[-1]]
+    assert_sound(graph, params, fused)
+
+
+@pytest.mark.parametrize("activation", ["silu", "hard_swish", "gelu_erf", "gelu_tanh"])
+def test_fused_activations_compile_to_one_kernel_per_conv(activation: str) -> None:
+    """The diamond becomes the conv kernel's epilogue (its input read twice from the
+    accumulators), and the network's output matches the interpreter's."""
+    import ember
+
+    graph, params = activation_graph(activation)
+    library = ember.build(graph, "llvm", params=params)
+    kernels = [g["name"] for g in library.metadata["groups"] if "conv" in g["name"]]
+    assert len(kernels) == 2 and kernels[0].startswith("conv_pack_add_"), kernels
+    module = library.load()
+    inputs = random_inputs(graph)
+    module.set_input("x", inputs["x"])
+    module.run()
+    expected = interpret(graph, params, inputs)[graph.outputs[0].name]
+    np.testing.assert_allclose(module.get_output(0), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_squeeze_excitation_stores_what_its_pool_reads() -> None:
+    """MobileNetV3 / EfficientNet's block: the SiLU diamond fuses into its conv; the
+    conv's activation is read by the pool and the gate's multiply, so it is stored;
+    the gate (pool, 1x1 convs, sigmoid) and the multiply are groups of their own."""
+    b = GraphBuilder()
+    x = conv_block(b, b.input("x", (1, 4, 6, 6)), "conv1")
+    x = b.add("multiply", [x, b.add("sigmoid", [x], name="sig")], name="silu")
+    gate = b.add("global_avg_pool", [x], LayoutAttrs(), name="squeeze")
+    w1 = b.param("se_w1", weight((2, 4, 1, 1), 5))
+    gate = b.add("conv", [gate, w1], ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1), name="reduce")
+    gate = b.add("relu", [gate], name="reduce_relu")
+    w2 = b.param("se_w2", weight((4, 2, 1, 1), 6))
+    gate = b.add("conv", [gate, w2], ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1), name="expand")
+    gate = b.add("sigmoid", [gate], name="gate")
+    y = b.add("multiply", [x, gate], name="excite")
+    graph, params = b.build([y])
+    fused = fuse(graph, params)
+    assert membership(fused) == [
+        ("conv_add_sigmoid_multiply", ["conv1", "conv1_bias", "sig", "silu"]),
+        ("global_avg_pool", ["squeeze"]),
+        ("conv_relu", ["reduce", "reduce_relu"]),
+        ("conv_sigmoid", ["expand", "gate"]),
+        ("multiply", ["excite"]),
+    ]
     assert_sound(graph, params, fused)
 
 
