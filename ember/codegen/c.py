@@ -33,7 +33,12 @@ per-kernel glue; it returns -1 when `num_args` is wrong, else 0.
 
 from __future__ import annotations
 
-from ember.codegen.c_helpers import float_floor_division, integer_division
+from ember.codegen.c_helpers import (
+    VECTOR_MATH,
+    float_floor_division,
+    integer_division,
+    vector_math_helpers,
+)
 from ember.codegen.renderer import (
     BIT_AND,
     BIT_OR,
@@ -359,6 +364,13 @@ class CRenderer(Renderer):
                 )
             case Cast(dtype, value):
                 return self.vector_cast(dtype, value)
+            case Call(name, args) if name in VECTOR_MATH and expr.dtype.startswith("float32x"):
+                vtype = self.vector_type(expr.dtype)
+                itype = self.vector_type(f"int32x{lanes}")
+                helpers = vector_math_helpers(name, vtype, itype)
+                for helper_name, definition in helpers:
+                    self.helper(helper_name, definition)
+                return f"{helpers[-1][0]}({self.expr(args[0])})", PRIMARY
             case Call(name, args):
                 vtype = self.vector_type(expr.dtype)
                 scalar = self.math_function(name, split_dtype(expr.dtype)[0])
