@@ -4,7 +4,7 @@ resident memory of each.
 
     python benchmarks/compare.py [MODEL ...] [--threads 2] [--repeat 20] [--block 5]
         [--settle-ms 100] [--batch-size 1] [--input-shapes S] [--target llvm]
-        [--no-cold-compile] [--no-memory] [--tuning-records LOG]
+        [--no-cold-compile] [--no-memory] [--contended] [--tuning-records LOG]
 
 MODEL is an .onnx file or a built-in workload name; by default the issue's six:
 resnet-18, resnet-50, mobilenet_v2, mobilenet_v3_small, squeezenet_v1.1, inception_v3.
@@ -28,6 +28,10 @@ ember.testing.to_onnx; from there both run the same file, as a user would:
   split into params and arena (from mod.json) and the rest (code, runtime, buffers,
   thread stacks, page rounding).
 
+`--contended` times each model a second time with a busy process pinned to one core
+(another program's load; the issue's "under load") and prints both runtimes' times,
+their ratio and each one's slowdown against its quiet time.
+
 The largest difference between the two outputs is printed as a sanity check.
 """
 
@@ -42,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +72,8 @@ class Result:
     cold_s: float | None
     warm_s: float
     max_diff: float
+    # --contended: the same timing with a busy process on one core.
+    busy: tuple[float, float] | None = None
 
 
 @dataclass
@@ -97,6 +103,11 @@ def _parse() -> argparse.Namespace:
         "--no-cold-compile", action="store_true", help="compile once, with the usual cache"
     )
     parser.add_argument("--no-memory", action="store_true", help="skip the memory processes")
+    parser.add_argument(
+        "--contended",
+        action="store_true",
+        help="time again with a busy process on one core (another program's load)",
+    )
     parser.add_argument(
         "--tuning-records",
         help="compile with this log (`ember tune -o`); tasks without a record use defaults",
@@ -213,12 +224,31 @@ def compare(model: str, args: argparse.Namespace, work: Path) -> tuple[Result, P
     for name, array in feed.items():
         module.set_input(name, array)
     ember_ms, ort_ms = _time_alternately(module, session, feed, args)
+    busy = None
+    if args.contended:
+        with _busy_core():
+            busy = _time_alternately(module, session, feed, args)
     theirs = session.run(None, feed)
     diffs = [float(np.max(np.abs(module.get_output(i) - want))) for i, want in enumerate(theirs)]
     graph = read_metadata(artifact)["graph"]
     flops = int(graph["total_flops"]) if isinstance(graph, dict) else 0
-    result = Result(model, ember_ms, ort_ms, flops, cold, warm, max(diffs))
+    result = Result(model, ember_ms, ort_ms, flops, cold, warm, max(diffs), busy)
     return result, onnx_path, artifact
+
+
+@contextlib.contextmanager
+def _busy_core() -> Iterator[None]:
+    """Another program keeping one core busy: a spinning process pinned to the last
+    CPU (where the system allows pinning), stopped on exit."""
+    spin = "import os\ntry:\n    os.sched_setaffinity(0, {os.cpu_count() - 1})\n"
+    spin += "except (AttributeError, OSError):\n    pass\nwhile True:\n    pass\n"
+    process = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        time.sleep(0.5)  # let it start spinning
+        yield
+    finally:
+        process.kill()
+        process.wait()
 
 
 # -- memory ------------------------------------------------------------------------------
@@ -316,6 +346,14 @@ def main() -> None:
                 f"{r.warm_s:7.1f} {r.max_diff:10.2e}",
                 flush=True,
             )
+            if r.busy is not None:
+                ember_busy, ort_busy = r.busy
+                slowdowns = f"ember {ember_busy / r.ember_ms:.2f}x, ORT {ort_busy / r.ort_ms:.2f}x"
+                print(
+                    f"{'  one core busy':20s} {ember_busy:9.2f} {ort_busy:9.2f} "
+                    f"{ember_busy / ort_busy:9.2f}   slowdown: {slowdowns}",
+                    flush=True,
+                )
             if not args.no_memory:
                 memories.append(measure_memory(model, onnx_path, artifact, args.threads))
     if memories:

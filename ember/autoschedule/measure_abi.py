@@ -14,6 +14,8 @@ import ctypes
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ember.runtime.abi import use_openmp_defaults
+
 _STATUS_TEXT = {2: "bad timing settings", 3: "out of memory for the cache-flush buffer"}
 
 
@@ -26,6 +28,7 @@ class Timer:
     """The compiled timer at `path`: times a candidate's packed entry in C."""
 
     def __init__(self, path: str) -> None:
+        use_openmp_defaults()  # candidates are timed as the runtime runs them
         measure = ctypes.CDLL(path).ember_measure
         measure.restype = ctypes.c_int32
         measure.argtypes = (
@@ -94,6 +97,7 @@ class CandidateLoader:
     def packed_entry(self, path: str, symbol: str) -> Iterator[int]:
         """The address of `symbol` in the library at `path`, loaded for the `with`
         block; CandidateFailure if it cannot be loaded or lacks the symbol."""
+        use_openmp_defaults()
         try:
             library = ctypes.CDLL(path)
         except OSError as error:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,11 +102,28 @@ class TensorSpec:
         return f"{self.name} {self.shape} {self.dtype}"
 
 
+# OpenMP settings for every process that runs Ember's kernels, unless the user set
+# them: the threads of a parallel region sleep when it ends rather than spin. With
+# another program busy on one of two cores, a spinning thread waited a scheduler tick
+# for a descheduled one at each of the ~100 regions of a run: ResNet-50 slowed 2.6x
+# spinning, 2.0x sleeping, with the same quiet time (BENCHMARKS.md, "Threads under
+# load"). libgomp reads them when it loads, so they are set before any library is.
+OPENMP_DEFAULTS = {"OMP_WAIT_POLICY": "passive"}
+
+
+def use_openmp_defaults() -> None:
+    """Put OPENMP_DEFAULTS into this process's environment where the user has not set
+    them; call before loading a kernel library (a later change has no effect)."""
+    for name, value in OPENMP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
 class CLibrary:
     """The C functions of one loaded library (`library`, a ctypes.CDLL), with their
     signatures set; `source` names the library in errors."""
 
     def __init__(self, path: Path, source: str) -> None:
+        use_openmp_defaults()
         try:
             library = ctypes.CDLL(str(path))
         except OSError as error:

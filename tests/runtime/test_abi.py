@@ -4,7 +4,10 @@ runtime, the compiler and the Python runtime; TensorSpec; loading a library."""
 from __future__ import annotations
 
 import ctypes.util
+import os
 import re
+import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -72,3 +75,31 @@ def test_loading_what_is_not_an_ember_library_says_so(tmp_path: Path) -> None:
         pytest.skip("no libm to load")
     with pytest.raises(ArtifactError, match="does not export ember_create: the artifact is"):
         CLibrary(Path(libm), "net.tar")
+
+
+# OpenMP's wait policy: a process that loads Ember kernels gets OMP_WAIT_POLICY=passive
+# (threads sleep between parallel regions; BENCHMARKS.md, "Threads under load") unless
+# the user chose one. Checked in fresh processes: libgomp reads it once, at load.
+LOAD = """
+import os, numpy as np, ember
+from ember.graph import GraphBuilder
+b = GraphBuilder()
+y = b.add("relu", [b.input("x", (64,))])
+graph, params = b.build([y])
+ember.build(graph, "llvm", params=params).load()
+print(os.environ.get("OMP_WAIT_POLICY"))
+"""
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "passive"), ("active", "active")])
+def test_loading_kernels_sets_the_wait_policy_unless_given(
+    given: str | None, expected: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == expected
