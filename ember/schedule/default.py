@@ -89,6 +89,8 @@ PARALLEL_CHUNKS_PER_CORE = 8
 MAX_TILE_ROWS = 14
 # Most vectors (or scalars, without vectorization) along the innermost axis per tile.
 MAX_TILE_VECTORS = 4
+# Independent FMA chains a core needs to keep its FMA units busy (latency 4 x 2 units).
+MIN_ACCUMULATORS = 8
 # Addresses this many bytes apart share an L1 cache set, which holds CACHE_WAYS lines
 # (8 or more on the x86 and Arm cores we target).
 ALIASING_BYTES = 4096
@@ -361,7 +363,22 @@ def _register_tile(
         rows, vectors = tile
         return rows * vectors, rows * vectors + vectors + 1 <= registers, rows
 
-    return max(candidates, key=score)
+    best = max(candidates, key=score)
+    if best[0] * best[1] < MIN_ACCUMULATORS:
+        # Extents with few divisors (13 rows by 125 vectors: SqueezeNet's classifier
+        # on AVX2, 1 x 1 before) leave the tiles under the 4-register margin with too few
+        # accumulators to hide the FMA latency; a tile that fits its accumulators,
+        # weight vectors and broadcast with one register to spare is better than a
+        # short one. (With none to spare, MobileNetV3-small's 14 x 1 tiles on AVX2
+        # were slower than its 7 x 1: benchmarks/compare.py, BENCHMARKS.md.)
+        fitting = [
+            (rows, vectors)
+            for rows in _divisors(row_extent, max_rows)
+            for vectors in _divisors(vector_extent, MAX_TILE_VECTORS)
+            if rows * vectors + vectors + 1 < registers
+        ]
+        best = max([best, *fitting], key=lambda t: (t[0] * t[1], t[0]))
+    return best
 
 
 def _divisors(extent: int, limit: int) -> list[int]:

@@ -270,3 +270,18 @@ def test_default_schedules_are_deterministic_replayable_steps() -> None:
         assert str(replay(dag, steps)) == str(state)
         kinds |= {step.kind for step in steps}
     assert {"SP", "RE", "FU", "AN", "CA", "CI", "CW"} <= kinds
+
+
+def test_awkward_extents_still_get_enough_accumulators() -> None:
+    """SqueezeNet's classifier on AVX2 (16 registers): 13 output pixels by 125 vectors
+    of 8 channels (125 has no divisor from 2 to 4). Under the 4-register margin the
+    best tile was 1 x 1, a single FMA chain; 13 x 1 fits with a register to spare. A
+    tile already at 8 or more, or one that would need every register, stays as it was
+    (MobileNetV3-small's 14-pixel layers keep 7 x 1)."""
+    from ember.schedule.default import MIN_ACCUMULATORS, _register_tile
+
+    assert _register_tile(13, 14, 125, 16) == (13, 1)
+    assert _register_tile(14, 14, 5, 16) == (7, 1)  # 14 x 1 would fill all 16
+    rows, vectors = _register_tile(56, 14, 8, 16)
+    assert rows * vectors >= MIN_ACCUMULATORS
+    assert _register_tile(13, 14, 125, 32) == (13, 1)  # AVX-512 had it under the margin
