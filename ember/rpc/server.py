@@ -119,7 +119,8 @@ class DeviceServer(Service):
             try:
                 self._registered_session()
                 backoff = 0.2
-            except RPCError as error:
+            except (RPCError, OSError) as error:
+                # OSError: stop() closed the link's socket under a read (EBADF).
                 if not self.stopping:
                     log.info("server: tracker link: %s; registering again in %.1f s", error,
                              backoff)  # fmt: skip
