@@ -318,11 +318,6 @@ def main() -> None:
     # OpenMP reads this when the first kernel library loads: set it before any load,
     # and the compile and memory subprocesses inherit it.
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    # Ember's runtime sets its OpenMP defaults before it loads a library; peak.py's
-    # micro-kernel loads libgomp first, so set them here as a user's process has them.
-    from ember.runtime.abi import use_openmp_defaults
-
-    use_openmp_defaults()
     if args.memory_probe:
         memory_probe(*args.memory_probe, args.threads)
         return

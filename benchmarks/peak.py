@@ -24,6 +24,7 @@ import functools
 import os
 
 from ember.device import device_model
+from ember.runtime.abi import load_library
 from ember.target import Target
 from ember.toolchain import compile_shared
 
@@ -74,7 +75,7 @@ double fma_seconds(int64_t iterations, int32_t threads, float* sink) {{
 
 @functools.cache
 def _micro_kernel(lanes: int, chains: int, target: str) -> ctypes.CDLL:
-    library = ctypes.CDLL(str(compile_shared([micro_kernel_source(lanes, chains)], target)))
+    library = load_library(compile_shared([micro_kernel_source(lanes, chains)], target))
     library.fma_seconds.restype = ctypes.c_double
     library.fma_seconds.argtypes = [ctypes.c_int64, ctypes.c_int32, ctypes.POINTER(ctypes.c_float)]
     return library

@@ -14,7 +14,7 @@ import ctypes
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ember.runtime.abi import use_openmp_defaults
+from ember.runtime.abi import load_library
 
 _STATUS_TEXT = {2: "bad timing settings", 3: "out of memory for the cache-flush buffer"}
 
@@ -28,8 +28,8 @@ class Timer:
     """The compiled timer at `path`: times a candidate's packed entry in C."""
 
     def __init__(self, path: str) -> None:
-        use_openmp_defaults()  # candidates are timed as the runtime runs them
-        measure = ctypes.CDLL(path).ember_measure
+        # Candidates are timed as the runtime runs them (its OpenMP defaults).
+        measure = load_library(path).ember_measure
         measure.restype = ctypes.c_int32
         measure.argtypes = (
             ctypes.c_void_p,  # the packed entry
@@ -97,9 +97,8 @@ class CandidateLoader:
     def packed_entry(self, path: str, symbol: str) -> Iterator[int]:
         """The address of `symbol` in the library at `path`, loaded for the `with`
         block; CandidateFailure if it cannot be loaded or lacks the symbol."""
-        use_openmp_defaults()
         try:
-            library = ctypes.CDLL(path)
+            library = load_library(path)
         except OSError as error:
             raise CandidateFailure(f"cannot load the candidate: {error}") from None
         self._pin_dependencies(path)

@@ -19,7 +19,7 @@ from ember.codegen.c import entry_symbols
 from ember.codegen.renderer import output_args
 from ember.errors import KernelCallError
 from ember.loop.ir import Buffer, PrimFunc
-from ember.runtime.abi import use_openmp_defaults
+from ember.runtime.abi import load_library
 
 
 class Kernel:
@@ -39,8 +39,7 @@ class Kernel:
         self.path = Path(path)
         self.source = source
         self.outputs = output_args(func) if outputs is None else outputs
-        use_openmp_defaults()
-        self._library = ctypes.CDLL(str(self.path))
+        self._library = load_library(self.path)
         packed = packed_symbol or entry_symbols(func.name)[1]
         try:
             self._entry = getattr(self._library, packed)

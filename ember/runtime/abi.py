@@ -111,11 +111,13 @@ class TensorSpec:
 OPENMP_DEFAULTS = {"OMP_WAIT_POLICY": "passive"}
 
 
-def use_openmp_defaults() -> None:
-    """Put OPENMP_DEFAULTS into this process's environment where the user has not set
-    them; call before loading a kernel library (a later change has no effect)."""
+def load_library(path: str | Path) -> ctypes.CDLL:
+    """Load a library of Ember's kernels (or one linking them), with OPENMP_DEFAULTS
+    put into this process's environment first where the user has not set them (a
+    later change has no effect). The one way every Ember library is loaded."""
     for name, value in OPENMP_DEFAULTS.items():
         os.environ.setdefault(name, value)
+    return ctypes.CDLL(str(path))
 
 
 class CLibrary:
@@ -123,9 +125,8 @@ class CLibrary:
     signatures set; `source` names the library in errors."""
 
     def __init__(self, path: Path, source: str) -> None:
-        use_openmp_defaults()
         try:
-            library = ctypes.CDLL(str(path))
+            library = load_library(path)
         except OSError as error:
             raise ArtifactError(f"{source}: cannot load the library {path}: {error}") from None
         for name, (restype, argtypes) in ABI_SIGNATURES.items():
