@@ -197,19 +197,21 @@ def _arm32_flags(target: Target) -> tuple[str, ...]:
     tolerance of the tests, not bit for bit those of the other targets. The flag is a
     compile flag only (`_compile_only_flags`): given to a link, GCC 12 adds the
     startup code that sets flush-to-zero for the whole process loading the library."""
-    neon = "-neon" not in target.mattr
     cpu = target.mcpu
     armv8 = cpu is not None and cpu not in _ARMV7_CORES
-    fpu = ("neon-fp-armv8" if armv8 else "neon-vfpv4") if neon else "vfpv4"
+    fpu = ("neon-fp-armv8" if armv8 else "neon-vfpv4") if _arm32_neon(target) else "vfpv4"
     return (f"-mcpu={cpu}" if cpu else "-march=armv7-a", f"-mfpu={fpu}", "-mfloat-abi=hard")
 
 
 def _compile_only_flags(target: Target) -> tuple[str, ...]:
     """Flags for `Compiler.compile_flags`: -funsafe-math-optimizations where 32-bit
     ARM code uses NEON (`_arm32_flags` says why), kept off the link."""
-    if target.target_arch == "arm" and "-neon" not in target.mattr:
-        return ("-funsafe-math-optimizations",)
-    return ()
+    return ("-funsafe-math-optimizations",) if _arm32_neon(target) else ()
+
+
+def _arm32_neon(target: Target) -> bool:
+    """Whether code for `target` is 32-bit ARM with NEON (unless -mattr=-neon)."""
+    return target.target_arch == "arm" and "-neon" not in target.mattr
 
 
 @functools.cache

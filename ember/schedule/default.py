@@ -349,12 +349,12 @@ def _register_tile(
     its own, all of them before the FMAs: a tile fits when its accumulators, weight
     vectors and one register per row do, and among those that fit, the most
     accumulators, then the most FMAs per load."""
-    candidates = [
+    tiles = [
         (rows, vectors)
         for rows in _divisors(row_extent, max_rows)
         for vectors in _divisors(vector_extent, MAX_TILE_VECTORS)
-        if rows * vectors <= registers - 4
     ]
+    candidates = [(rows, vectors) for rows, vectors in tiles if rows * vectors <= registers - 4]
     if scalar_registers:
         fitting = [(r, v) for r, v in candidates if r * v + v + r <= registers] or candidates
         return max(fitting, key=lambda t: (t[0] * t[1], t[0] * t[1] / (t[0] + t[1]), t[0]))
@@ -371,12 +371,7 @@ def _register_tile(
         # weight vectors and broadcast with one register to spare is better than a
         # short one. (With none to spare, MobileNetV3-small's 14 x 1 tiles on AVX2
         # were slower than its 7 x 1: benchmarks/compare.py, BENCHMARKS.md.)
-        fitting = [
-            (rows, vectors)
-            for rows in _divisors(row_extent, max_rows)
-            for vectors in _divisors(vector_extent, MAX_TILE_VECTORS)
-            if rows * vectors + vectors + 1 < registers
-        ]
+        fitting = [(r, v) for r, v in tiles if r * v + v + 1 < registers]
         best = max([best, *fitting], key=lambda t: (t[0] * t[1], t[0]))
     return best
 

@@ -207,7 +207,7 @@ def _closed_region(source: Value, partition: _Partition) -> list[str] | None:
     close into one elementwise region of `source`'s shape. Readers are added one at a
     time in graph order, the earliest first, until one value alone leaves the region:
     the smallest such region (a merge node comes before anything that reads it)."""
-    order = partition.node_order
+    order = partition.node_index
     region: dict[str, Node] = {}
     inside = {source.name}  # source and the region's outputs
     while True:
@@ -269,8 +269,7 @@ class _Partition:
         self.producers = graph.producers()
         self.readers = graph.consumers()
         self.graph_outputs = {value.name for value in graph.outputs}
-        self._node_index = {node.name: i for i, node in enumerate(graph.nodes)}
-        self.node_order = self._node_index
+        self.node_index = {node.name: i for i, node in enumerate(graph.nodes)}
         self.region_group: dict[str, int] = {}  # diamond source value -> the group it joined
         self.members: list[list[int]] = []
         self.kinds: list[GroupKind] = []
@@ -280,7 +279,7 @@ class _Partition:
         self.group_of_value: dict[str, int] = {}
 
     def index_of(self, node_name: str | None) -> int | None:
-        return None if node_name is None else self._node_index[node_name]
+        return None if node_name is None else self.node_index[node_name]
 
     def only_reader(self, value: Value, node: Node) -> bool:
         """Whether `node` is the only reader of `value` and the graph does not output it."""
@@ -340,9 +339,7 @@ class _Partition:
         tail = self.graph.nodes[self.tails[group]]
         if not any(value.name == source for value in tail.outputs):
             return None
-        others = {self.group_of_value.get(value.name) for value in node.inputs}
-        if any(other is not None and other != group and self._reaches(other, group)
-               for other in others):  # fmt: skip
+        if self._would_cycle(group, node):
             return None
         self.region_group[source] = group
         return group
@@ -356,8 +353,13 @@ class _Partition:
             return False
         if kind == GroupKind.ANCHOR and any(out.shape != link.shape for out in node.outputs):
             return False
+        return not self._would_cycle(group, node)
+
+    def _would_cycle(self, group: int, node: Node) -> bool:
+        """Whether `node` joining `group` would make the groups cyclic: another group
+        it reads depends on `group`."""
         others = {self.group_of_value.get(value.name) for value in node.inputs}
-        return not any(
+        return any(
             other is not None and other != group and self._reaches(other, group) for other in others
         )
 
