@@ -11,14 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
-from boards import check_every_kernel_family
+from boards import check_every_kernel_family, run_the_seeds_flow
 from farm import WAIT, Farm, board_counts, wait_until
 
-import ember
-from ember.cli import main
-from ember.graph import interpret
 from ember.testing.arm_board import ARCHES, ArmBoard, unavailable_reason
 
 KEY = "rasp4b"
@@ -49,27 +45,9 @@ def test_the_seeds_flow_on_a_32_bit_board(
 ) -> None:
     [server] = arm32_farm.tracker.summary()["servers"]
     assert server["device"]["arch"] == "arm"
-    model = ["mobilenet", "--layout", "NHWC", "--input-shapes", "data:[1,32,32,3]"]
-    log, artifact = tmp_path / "mobilenet-NHWCB1-llvm.json", tmp_path / "net.tar"
-    assert main(["tasks", *model, "--target", TARGET]) == 0
-    farm = ["--rpc-tracker", arm32_farm.address, "--rpc-key", KEY]
-    assert main(["tune", *model, "--target", TARGET, *farm, "--trials", "8",
-                 "--per-round", "8", "--seed", "0", "-o", str(log)]) == 0  # fmt: skip
-    assert main(["compile", *model, "--target", TARGET, "--tuning-records", str(log),
-                 "-o", str(artifact)]) == 0  # fmt: skip
-    assert "tuned schedules:" in capsys.readouterr().out
-    x = np.random.default_rng(0).uniform(0, 1, (1, 32, 32, 3)).astype("float32")
-    np.savez(tmp_path / "x.npz", data=x)
-    assert main(["run", str(artifact), *farm, "--inputs", str(tmp_path / "x.npz"), "-o",
-                 str(tmp_path / "out.npz"), "--print-time", "--repeat", "3"]) == 0  # fmt: skip
-    assert "Execution time summary" in capsys.readouterr().out
-    graph, params = ember.testing.get_workload("mobilenet", layout="NHWC", image_shape=(32, 32, 3))
-    (expected,) = interpret(graph, params, {graph.inputs[0].name: x}).values()
     # 32-bit NEON code is built with -funsafe-math-optimizations (ember.toolchain):
-    # within the fp32 tolerance, not bit for bit.
-    np.testing.assert_allclose(
-        np.load(tmp_path / "out.npz")["output_0"], expected, rtol=1e-4, atol=1e-6
-    )
+    # equal within the fp32 tolerance, not bit for bit.
+    run_the_seeds_flow(arm32_farm.address, KEY, TARGET, 32, 8, 8, tmp_path, capsys)
 
 
 def test_every_kernel_family_on_a_32_bit_board(arm32_farm: Farm) -> None:
