@@ -196,9 +196,11 @@ def report_shape(shape: tuple[int, ...], args: argparse.Namespace, work: Path) -
 
 
 def report_fork_join(threads: int) -> None:
+    from ember.runtime.abi import load_library
     from ember.toolchain import compile_shared
 
-    library = ctypes.CDLL(str(compile_shared([FORK_JOIN_SOURCE], "llvm")))
+    # Through Ember's loader: libgomp with the wait policy Ember's kernels run under.
+    library = load_library(compile_shared([FORK_JOIN_SOURCE], "llvm"))
     library.region_ns.restype = ctypes.c_double
     library.region_ns.argtypes = [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32]
     print("\nOpenMP alone (libgomp, C loop of 100000; median of 7):")
