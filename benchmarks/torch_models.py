@@ -19,8 +19,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-# torchvision's published parameter counts.
-PARAMETERS = {"efficientnet_b0": 5_288_548}
+# torchvision's published parameter counts, and Hugging Face's for bert-base-uncased.
+PARAMETERS = {
+    "efficientnet_b0": 5_288_548,
+    "convnext_tiny": 28_589_128,
+    "vit_b_16": 86_567_656,
+    "bert_base": 109_482_240,
+}
 
 
 def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1,
@@ -90,7 +95,139 @@ class EfficientNetB0(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
-MODELS = {"efficientnet_b0": EfficientNetB0}
+class _LayerNorm2d(nn.LayerNorm):
+    """torchvision's LayerNorm2d: LayerNorm over channels of an NCHW tensor."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class _ConvNeXtBlock(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.layer_scale = nn.Parameter(torch.full((dim, 1, 1), 1e-6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.mlp(self.norm(self.dwconv(x).permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+        return x + self.layer_scale * y
+
+
+class ConvNeXtTiny(nn.Module):
+    DEPTHS = (3, 3, 9, 3)
+    DIMS = (96, 192, 384, 768)
+
+    def __init__(self) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [
+            nn.Sequential(nn.Conv2d(3, 96, 4, 4), _LayerNorm2d(96, eps=1e-6))
+        ]
+        for stage, (depth, dim) in enumerate(zip(self.DEPTHS, self.DIMS, strict=True)):
+            if stage:
+                previous = self.DIMS[stage - 1]
+                layers.append(
+                    nn.Sequential(_LayerNorm2d(previous, eps=1e-6), nn.Conv2d(previous, dim, 2, 2))
+                )
+            layers.append(nn.Sequential(*(_ConvNeXtBlock(dim) for _ in range(depth))))
+        self.features = nn.Sequential(*layers)
+        self.norm = _LayerNorm2d(768, eps=1e-6)
+        self.classifier = nn.Linear(768, 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm(nn.functional.adaptive_avg_pool2d(self.features(x), 1))
+        return self.classifier(torch.flatten(x, 1))
+
+
+class _EncoderBlock(nn.Module):
+    """torchvision's ViT encoder block: pre-norm attention and MLP, both residual."""
+
+    def __init__(self, dim: int, heads: int, hidden: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(dim, eps=1e-6)
+        self.self_attention = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.ln_2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.ln_1(x)
+        y, _ = self.self_attention(y, y, y, need_weights=False)
+        x = x + y
+        return x + self.mlp(self.ln_2(x))
+
+
+class ViTB16(nn.Module):
+    def __init__(self, dim: int = 768, layers: int = 12) -> None:
+        super().__init__()
+        self.conv_proj = nn.Conv2d(3, dim, 16, 16)
+        self.class_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embedding = nn.Parameter(torch.empty(1, 197, dim).normal_(std=0.02))
+        self.layers = nn.Sequential(*(_EncoderBlock(dim, 12, 3072) for _ in range(layers)))
+        self.ln = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv_proj(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1)
+        x = self.ln(self.layers(x + self.pos_embedding))
+        return self.head(x[:, 0])
+
+
+class _BertLayer(nn.Module):
+    """A post-norm BERT encoder layer, as Hugging Face's bert-base-uncased has it."""
+
+    def __init__(self, dim: int, heads: int, hidden: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.query = nn.Linear(dim, dim)
+        self.key = nn.Linear(dim, dim)
+        self.value = nn.Linear(dim, dim)
+        self.attention_output = nn.Linear(dim, dim)
+        self.attention_norm = nn.LayerNorm(dim, eps=1e-12)
+        self.intermediate = nn.Linear(dim, hidden)
+        self.output = nn.Linear(hidden, dim)
+        self.output_norm = nn.LayerNorm(dim, eps=1e-12)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, dim = x.shape
+        return x.view(batch, length, self.heads, dim // self.heads).permute(0, 2, 1, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self._split(self.query(x)), self._split(self.key(x)), self._split(self.value(x))
+        scores = q @ k.transpose(-1, -2) / (q.shape[-1] ** 0.5)
+        context = (scores.softmax(-1) @ v).permute(0, 2, 1, 3).flatten(2)
+        x = self.attention_norm(x + self.attention_output(context))
+        return self.output_norm(x + self.output(nn.functional.gelu(self.intermediate(x))))
+
+
+class BertBase(nn.Module):
+    """bert-base-uncased's encoder and pooler; one sequence of token ids in, with no
+    padding (so no attention mask) and token type 0."""
+
+    def __init__(self, vocab: int = 30522, dim: int = 768, layers: int = 12) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab, dim)
+        self.position_embeddings = nn.Embedding(512, dim)
+        self.token_type_embeddings = nn.Embedding(2, dim)
+        self.embedding_norm = nn.LayerNorm(dim, eps=1e-12)
+        self.layers = nn.Sequential(*(_BertLayer(dim, 12, 3072) for _ in range(layers)))
+        self.pooler = nn.Linear(dim, dim)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(ids.shape[1]).unsqueeze(0)
+        x = self.word_embeddings(ids) + self.position_embeddings(positions)
+        x = self.embedding_norm(x + self.token_type_embeddings.weight[0])
+        x = self.layers(x)
+        return torch.tanh(self.pooler(x[:, 0]))
+
+
+MODELS = {
+    "efficientnet_b0": EfficientNetB0,
+    "convnext_tiny": ConvNeXtTiny,
+    "vit_b_16": ViTB16,
+    "bert_base": BertBase,
+}
 
 
 def export(name: str, path: Path) -> Path:
@@ -102,8 +239,11 @@ def export(name: str, path: Path) -> Path:
             module.running_var.uniform_(0.5, 1.5)
     count = sum(p.numel() for p in model.parameters())
     if count != PARAMETERS[name]:
-        raise SystemExit(f"{name}: {count} parameters, torchvision's has {PARAMETERS[name]}")
-    x = torch.randn(1, 3, 224, 224)
+        raise SystemExit(f"{name}: {count} parameters, the published model has {PARAMETERS[name]}")
+    if name == "bert_base":  # 128 token ids
+        x = torch.randint(0, 30522, (1, 128))
+    else:
+        x = torch.randn(1, 3, 224, 224)
     torch.onnx.export(model, (x,), str(path), opset_version=17, input_names=["input"],
                       output_names=["output"], dynamo=False)  # fmt: skip
     return path

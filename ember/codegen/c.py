@@ -67,7 +67,8 @@ from ember.loop.ir import (
     vector_dtype,
 )
 from ember.loop.registers import is_register
-from ember.loop.vectorize import flatten_index, lanes_of
+from ember.loop.simplify import simplify_expr
+from ember.loop.vectorize import flatten_index, lane_of, lanes_of
 from ember.runtime.abi import ALIGNMENT
 from ember.te.expr import Binary, BinaryOp, Call, Cast, Const, Expr, Select, Unary, UnaryOp
 from ember.te.visit import walk
@@ -285,6 +286,9 @@ class CRenderer(Renderer):
         buffer, flat = store.buffer, flatten_index(store.buffer, store.indices)
         vtype = self.vector_type(f"{buffer.dtype}x{lanes}")
         name, text = self.names.of(buffer), self.expr(value)
+        if store.predicate is not None:
+            self._predicated_store(store, flat, vtype, text)
+            return
         match flat:
             case Ramp(base, 1, _):
                 helper = self.memory_helper("store", buffer.dtype, lanes, vtype)
@@ -296,6 +300,25 @@ class CRenderer(Renderer):
                 helper = self.memory_helper("scatter", buffer.dtype, lanes, vtype, flat.dtype)
                 index = self.expr(flat if lanes_of(flat) > 1 else Broadcast(flat, lanes))
                 self.emit(f"{helper}({name}, {index}, {text});")
+
+    def _predicated_store(self, store: Store, flat: Expr, vtype: str, text: str) -> None:
+        """A whole vector store when the predicate's first and last lanes hold (then
+        all do: `Store`), else the lanes that hold one by one (a row's tail)."""
+        assert store.predicate is not None and isinstance(flat, Ramp) and flat.stride == 1
+        lanes, name = flat.lanes, self.names.of(store.buffer)
+        value_name = self.names.reserve("tail")
+        base = self.expr(flat.base)
+        tests = [simplify_expr(lane_of(store.predicate, n)) for n in range(lanes)]
+        whole = [self.expr(t) for t in (tests[0], tests[-1]) if not _always(t)]
+        helper = self.memory_helper("store", store.buffer.dtype, lanes, vtype)
+        with self.block(""):
+            self.emit(f"const {vtype} {value_name} = {text};")
+            with self.block(f"if ({' && '.join(f'({t})' for t in whole) or '1'})"):
+                self.emit(f"{helper}(&{name}[{base}], {value_name});")
+            with self.block("else"):
+                for n, test in enumerate(tests):
+                    store_lane = f"{name}[{base} + {n}] = {value_name}[{n}];"
+                    self.emit(store_lane if _always(test) else f"if ({self.expr(test)}) {store_lane}")
 
     # -- scalar expressions ------------------------------------------------------------
 
@@ -611,3 +634,8 @@ _DIVISIONS = (BinaryOp.DIV, BinaryOp.FLOOR_DIV, BinaryOp.FLOOR_MOD)
 
 def _is_integer(dtype: str) -> bool:
     return split_dtype(dtype)[0].startswith(("int", "uint"))
+
+
+def _always(test: Expr) -> bool:
+    """Whether a simplified condition is the constant true."""
+    return isinstance(test, Const) and bool(test.value)

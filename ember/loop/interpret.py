@@ -410,13 +410,17 @@ class _Compiler:
 
             return store_scalar
 
+        predicate = store.predicate
+        masks = None if predicate is None else tuple(self.lane(predicate, n) for n in range(lanes))
+
         def store_vector(frame: Frame) -> None:
             # Every lane is computed before any is written, like a vector register.
             computed = [value(frame) for value in values]
-            positions = [index(frame) for index in indices]
+            written = [True] * lanes if masks is None else [bool(m(frame)) for m in masks]
             array = frame[slot]
-            for position, element in zip(positions, computed, strict=True):
-                array[position] = element
+            for index, element, write in zip(indices, computed, written, strict=True):
+                if write:  # a lane the predicate skips is not even addressed
+                    array[index(frame)] = element
 
         return store_vector
 

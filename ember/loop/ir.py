@@ -152,9 +152,16 @@ class For(Stmt):
 
 @dataclass(frozen=True, slots=True)
 class Store(Stmt):
+    """`buffer[indices] = value`. A vector store may carry a `predicate`, a bool vector
+    of its lanes: only the lanes where it holds are written (the tail of an output row
+    that whole vectors overrun). `vectorize` makes such predicates from affine tests
+    of the lane, so the lanes that hold are one contiguous run: all of them hold when
+    the first and the last do."""
+
     buffer: Buffer
     indices: tuple[Expr, ...]
     value: Expr
+    predicate: Expr | None = None
 
 
 @dataclass(frozen=True, slots=True)

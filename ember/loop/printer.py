@@ -33,9 +33,10 @@ def _lines(stmt: Stmt, indent: int) -> list[str]:
             pragma = f" (unroll <= {unroll_max_step})" if unroll_max_step else ""
             head = f"{pad}{label} {var.name} in 0..{format_expr(extent)}{pragma}:"
             return [head, *_lines(body, indent + 1)]
-        case Store(buffer, indices, value):
+        case Store(buffer, indices, value, predicate):
             index = ", ".join(format_expr(i) for i in indices)
-            return [f"{pad}{buffer.name}[{index}] = {format_expr(value)}"]
+            where = "" if predicate is None else f" where {format_expr(predicate)}"
+            return [f"{pad}{buffer.name}[{index}] = {format_expr(value)}{where}"]
         case Allocate(buffer, body):
             head = f"{pad}allocate {buffer.name}: {buffer.dtype}{list(buffer.shape)} {buffer.scope}"
             return [head, *_lines(body, indent)]

@@ -67,6 +67,8 @@ def _split(buffer: Buffer, body: Stmt) -> Stmt | None:
     """`body` with `buffer` split into one-access buffers, or None if it cannot be."""
     if buffer.scope != "local" or buffer.dtype == "bool" or buffer.size <= 1:
         return None
+    if any(s.buffer is buffer and s.predicate is not None for s in _stores(body)):
+        return None  # lanes it skips keep their old values: not one whole variable
     widths = set()
     for indices, lanes in _accesses(buffer, body):
         base = _constant_base(flatten_index(buffer, indices), lanes)
@@ -113,9 +115,11 @@ def _accesses(buffer: Buffer, stmt: Stmt) -> Iterator[tuple[tuple[Expr, ...], in
 
 def _exprs(stmt: Stmt) -> Iterator[Expr]:
     match stmt:
-        case Store(_, indices, value):
+        case Store(_, indices, value, predicate):
             yield from indices
             yield value
+            if predicate is not None:
+                yield predicate
         case For(_, extent, _, body):
             yield extent
             yield from _exprs(body)
@@ -176,11 +180,12 @@ class _Redirect:
     def stmt(self, node: Stmt) -> Stmt:
         e, s = self.expr, self.stmt
         match node:
-            case Store(target, indices, value):
+            case Store(target, indices, value, predicate):
+                mask = None if predicate is None else e(predicate)
                 if target is self.buffer:
                     lanes = max([lanes_of(value), *(lanes_of(i) for i in indices)])
-                    return Store(self.part(indices, lanes), self.whole, e(value))
-                return Store(target, tuple(e(i) for i in indices), e(value))
+                    return Store(self.part(indices, lanes), self.whole, e(value), mask)
+                return Store(target, tuple(e(i) for i in indices), e(value), mask)
             case For(var, extent, kind, body, unroll):
                 return For(var, e(extent), kind, s(body), unroll)
             case Seq(stmts):

@@ -366,9 +366,10 @@ def _stmt(stmt: Stmt, ranges: dict[Var, Interval]) -> Stmt:
     match stmt:
         case For(var, extent):
             return _for(var, simplifier.expr(extent), stmt, ranges)
-        case Store(buffer, indices, value):
+        case Store(buffer, indices, value, predicate):
             new_indices = tuple(simplifier.expr(i) for i in indices)
-            return Store(buffer, new_indices, simplifier.expr(value))
+            mask = None if predicate is None else simplifier.expr(predicate)
+            return Store(buffer, new_indices, simplifier.expr(value), mask)
         case Seq(stmts):
             return _seq(tuple(_stmt(s, ranges) for s in stmts))
         case IfThenElse(condition, then_body, else_body):

@@ -330,7 +330,7 @@ class _LoopVectorizer:
             case IfThenElse(condition, then_body, else_body):
                 test = self.expr(condition, scope)
                 if lanes_of(test) > 1:
-                    raise _CannotVectorize("an if condition depends on the lane")
+                    return self._predicated(test, then_body, else_body, scope)
                 else_new = None if else_body is None else self.stmt(else_body, scope)
                 return IfThenElse(test, self.stmt(then_body, scope), else_new)
             case LetStmt(var, value, body):
@@ -344,6 +344,21 @@ class _LoopVectorizer:
         if not isinstance(flatten_index(buffer, new_indices), Ramp):
             raise _CannotVectorize(f"the store index of {buffer.name} is not affine")
         return Store(buffer, new_indices, broadcast_to(self.expr(value, scope), self.lanes))
+
+    def _predicated(
+        self, test: Expr, then_body: Stmt, else_body: Stmt | None, scope: _Scope
+    ) -> Stmt:
+        """A contiguous store under an affine test of the lane (the tail of a row that
+        whole vectors overrun) as a predicated store; any other lane-dependent if
+        cannot be vectorized."""
+        if else_body is not None or not isinstance(then_body, Store) or not _one_run(test):
+            raise _CannotVectorize("an if condition depends on the lane")
+        _check_speculatable(then_body.value, scope.bounds)
+        store = self._store(then_body.buffer, then_body.indices, then_body.value, scope)
+        flat = flatten_index(store.buffer, store.indices)
+        if not (isinstance(flat, Ramp) and flat.stride == 1) or then_body.predicate is not None:
+            raise _CannotVectorize(f"a guarded store to {store.buffer.name} is not contiguous")
+        return Store(store.buffer, store.indices, store.value, test)
 
     def _let(self, var: Var, value: Expr, body: Stmt, scope: _Scope) -> Stmt:
         known = const_interval(value, scope.bounds)
@@ -437,6 +452,37 @@ def _multiple_of(expr: Expr, factor: int) -> bool:
         case Binary(BinaryOp.ADD | BinaryOp.SUB, x, y):
             return _multiple_of(x, factor) and _multiple_of(y, factor)
     return False
+
+
+def _one_run(test: Expr) -> bool:
+    """Whether the lanes where vector `test` holds form one contiguous run: it is a
+    conjunction of orderings between lane-affine integers (Ramps, broadcast scalars),
+    each of which holds on a prefix or a suffix of the lanes."""
+    match test:
+        case Binary(BinaryOp.AND, a, b):
+            return _one_run(a) and _one_run(b)
+        case Binary(op, a, b) if op in _ORDERINGS:
+            return all(isinstance(side, (Ramp, Broadcast)) or lanes_of(side) == 1
+                       for side in (a, b)) and _is_int(a)  # fmt: skip
+    return False
+
+
+_ORDERINGS = frozenset({BinaryOp.LT, BinaryOp.LE, BinaryOp.GT, BinaryOp.GE})
+
+
+def lane_of(expr: Expr, lane: int) -> Expr:
+    """The scalar that lane `lane` of a vector of Ramps, Broadcasts, scalars and their
+    arithmetic and comparisons holds (for the lanes of a store's predicate)."""
+    match expr:
+        case Ramp(base, stride, _):
+            return base + Const(stride * lane, base.dtype) if stride * lane else base
+        case Broadcast(value, _):
+            return value
+        case Binary(op, a, b) if lanes_of(expr) > 1:
+            return Binary(op, lane_of(a, lane), lane_of(b, lane))
+    if lanes_of(expr) > 1:
+        raise ValueError(f"no lane of {type(expr).__name__} can be taken apart")
+    return expr
 
 
 def _is_int(expr: Expr) -> bool:

@@ -69,8 +69,10 @@ class _Verifier:
         match stmt:
             case For():
                 self._for(stmt, scope)
-            case Store(buffer, indices, value):
+            case Store(buffer, indices, value, predicate):
                 self._store(buffer, indices, value, scope)
+                if predicate is not None:
+                    self._predicate(buffer, predicate, self.expr(value, scope), scope)
             case Seq(stmts):
                 for part in stmts:
                     self.stmt(part, scope)
@@ -136,6 +138,14 @@ class _Verifier:
                 f"store to '{buffer.name}' ({buffer.dtype}, indices addressing {index_lanes} "
                 f"lanes) writes a {value.dtype} value {format_expr(value)}; it must be "
                 f"{expected}"
+            )
+
+    def _predicate(self, buffer: Buffer, predicate: Expr, lanes: int, scope: _Scope) -> None:
+        mask_lanes = self.expr(predicate, scope)
+        if split_dtype(predicate.dtype)[0] != "bool" or mask_lanes != lanes or lanes == 1:
+            raise self.fail(
+                f"store to '{buffer.name}' has the predicate {format_expr(predicate)}; it "
+                f"must be a bool vector of the value's {lanes} lanes"
             )
 
     def _access(self, buffer: Buffer, indices: tuple[Expr, ...], scope: _Scope, access: str) -> int:

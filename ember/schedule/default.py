@@ -50,7 +50,8 @@ The recipe, in the order it is applied:
 
 Split factors always divide the extents they split (tails would put guards inside
 the unrolled and vectorized loops), so odd sizes get narrower vectors, fewer rows or no
-vectorization, never wrong code.
+vectorization, never wrong code; the exception is a matrix product over columns
+padded to whole vectors (`default_dense`), whose tail is a predicated store.
 """
 
 from __future__ import annotations
@@ -251,12 +252,19 @@ def _anchor_of(state: State, output: Tensor) -> Tensor | None:
         producer = state.stages[_index_of(state, read.tensor)]
         if producer.is_placeholder or not isinstance(producer.compute_op.body, Reduce):
             continue
-        if read.indices == own and read.tensor.shape == output.shape:
+        if read.indices == own and _covers(read.tensor.shape, output.shape):
             candidates.append(read.tensor)
     anchors = _unique(candidates)
     if len(anchors) != 1 or _readers(state, anchors[0]) != [index]:
         return None
     return anchors[0]
+
+
+def _covers(anchor: Sequence[int], output: Sequence[int]) -> bool:
+    """Whether an anchor of shape `anchor` holds the output's elements at the output's
+    own indices: the same shape, or one padded at the end (a matrix product over
+    columns padded to whole vectors, `ember.topi.linalg`)."""
+    return len(anchor) == len(output) and all(a >= o for a, o in zip(anchor, output, strict=True))
 
 
 # -- inlining ------------------------------------------------------------------------

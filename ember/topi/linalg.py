@@ -6,7 +6,10 @@ re-laid out in blocks of `b` output channels, `T_dense_pack(i, j) += (x[i, k]*W[
 b), k, floormod(j, b)])`: split `j` by `b` and the weight read is one vector per `k`
 (TVM's `dense_pack`). `matmul` follows NumPy: leading batch axes
 broadcast (`T_batch_matmul_NN`), and a 1-d operand is a row or column vector whose
-axis is dropped from the result.
+axis is dropped from the result. A right operand with more than 16 columns, no
+multiple of 16, is padded with zero columns (`T_matmul_pad`) and the product
+(`..._padded`) runs over them, so that whole vectors cover every row; the output
+stage keeps the first N columns.
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ from collections.abc import Sequence
 
 from ember.graph.ir import Attrs, TensorType
 from ember.te import Expr, Tensor, compute, reduce_axis, reduce_sum
-from ember.topi.common import Declaration
+from ember.topi.common import Declaration, pad_stage, typed
+
+# A right operand (computed at run time) with more columns than this, not a multiple
+# of it, is padded to a multiple: whole vectors of 4, 8 or 16 lanes then cover N.
+PAD_COLUMNS = 16
 
 
 def matrix_axis_names(rank: int) -> list[str]:
@@ -68,6 +75,14 @@ def _matmul(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType
     shape = outputs[0].shape
     k = reduce_axis(a.shape[-1], "k")
     batch_rank = len(shape) - (a.ndim > 1) - (b.ndim > 1)
+    columns = b.shape[-1] if b.ndim > 1 else 1
+    padded = -columns % PAD_COLUMNS if columns > PAD_COLUMNS else 0
+    if padded:
+        # N is no multiple of any vector width: pad the right operand's columns with
+        # zeros (a stage of K x N, 1/M of the product's work) so that the product runs
+        # whole vectors over N + padded columns; the output keeps the first N.
+        b = pad_stage(b, [0] * b.ndim, [0] * (b.ndim - 1) + [padded], typed(0, b.dtype),
+                      "T_matmul_pad")  # fmt: skip
 
     def element(*out: Expr) -> Expr:
         batch = out[:batch_rank]
@@ -83,7 +98,10 @@ def _matmul(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType
     names = [f"b{m}" for m in range(batch_rank)]
     names += ["i"] if a.ndim > 1 else []
     names += ["j"] if b.ndim > 1 else []
-    return [compute(shape, element, name, tag, names)]
+    if not padded:
+        return [compute(shape, element, name, tag, names)]
+    product = compute([*shape[:-1], shape[-1] + padded], element, f"{name}_padded", tag, names)
+    return [compute(shape, lambda *out: product[out], name, "matmul_crop", names)]
 
 
 DECLARATIONS: dict[str, Declaration] = {

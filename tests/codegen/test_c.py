@@ -184,6 +184,20 @@ def test_vectorized_loops_with_tails() -> None:
     assert kernel.source is not None and "ember_store_float32x8(&D[i * 8]" in kernel.source
 
 
+def test_predicated_store_writes_only_the_lanes_in_the_row() -> None:
+    """Rows of 37 stored by whole vectors of 8 over a source padded to 40: the fifth
+    vector of a row stores 5 lanes. Rows go last to first, so a lane written past a
+    row's end would clobber the row after it, already stored."""
+    n = 37
+    a, c = Buffer("A", (3, 40), F32), Buffer("C", (3, n), F32)
+    row, index = Const(2) - i, k * 8 + v
+    guarded = IfThenElse(index < n, Store(c, (row, index), Load(a, (row, index)) + 1.0))
+    func = PrimFunc("rows", (a, c), loop(i, 3, loop(k, 5, loop(v, 8, guarded, ForKind.VECTORIZED))))
+    kernel, (a_in, c_out) = run_both(func, inputs_for(func))
+    np.testing.assert_allclose(c_out, a_in[:, :n] + 1, rtol=1e-6)
+    assert kernel.source is not None and "ember_store_float32x8(&C[" in kernel.source
+
+
 def test_unroll_pragma_from_unroll_max_step() -> None:
     a, c = Buffer("A", (8, 4), F32), Buffer("C", (8,), F32)
     reduce = loop(k, 4, Store(c, (i,), Load(c, (i,)) + Load(a, (i, k))))

@@ -25,7 +25,14 @@ from ember.loop.ir import (
     seq,
     walk_stmts,
 )
-from ember.loop.vectorize import add, flatten_index, multiply, subtract, vectorize
+from ember.loop.vectorize import (
+    add,
+    flatten_index,
+    lane_of,
+    multiply,
+    subtract,
+    vectorize,
+)
 from ember.te.expr import Binary, BinaryOp, Const, Expr, Var, call, cast, maximum, select
 from ember.te.visit import walk
 
@@ -128,6 +135,34 @@ def test_tail_guard_depending_on_the_lane_falls_back() -> None:
     guarded = IfThenElse(index < 37, Store(c, (index,), Load(a, (index,)) * 2.0))
     after = check_same(PrimFunc("tail", (a, c), loop(i, 3, vloop(v, 16, guarded))), False)
     assert kinds(after.body) == [ForKind.SERIAL, ForKind.SERIAL]
+
+
+def test_tail_guard_around_a_safe_value_becomes_a_predicated_store() -> None:
+    # The tail of an output row that whole vectors overrun (a padded matmul's store):
+    # the value reads a buffer padded to whole vectors, the store only the lanes < 37.
+    a, c = Buffer("A", (48,), F32), Buffer("C", (37,), F32)
+    index = i * 16 + v
+    guarded = IfThenElse(index < 37, Store(c, (index,), Load(a, (index,)) * 2.0))
+    after = check_same(PrimFunc("tail", (a, c), loop(i, 3, vloop(v, 16, guarded))), True)
+    (store,) = vector_stores(after.body)
+    assert store.predicate is not None
+    assert [lane_of(store.predicate, n) for n in (0, 15)] == [i * 16 < 37, i * 16 + 15 < 37]
+    assert kinds(after.body) == [ForKind.SERIAL]
+
+
+@pytest.mark.parametrize("test", ["equal", "modulo", "else"])
+def test_guard_holding_on_scattered_lanes_falls_back(test: str) -> None:
+    # A predicate must hold on one run of lanes (all of them when the first and the last
+    # do); == and % tests do not, and a store with an else branch is no tail.
+    a, c = Buffer("A", (48,), F32), Buffer("C", (48,), F32)
+    index = i * 16 + v
+    store = Store(c, (index,), Load(a, (index,)))
+    condition = {"equal": Binary(BinaryOp.EQ, index, Const(20)), "modulo": index % 3 < 1}
+    if test == "else":
+        guarded = IfThenElse(index < 37, store, Store(c, (index,), zero()))
+    else:
+        guarded = IfThenElse(condition[test], store)
+    check_same(PrimFunc("scattered", (a, c), loop(i, 3, vloop(v, 16, guarded))), False)
 
 
 def test_guard_independent_of_the_lane_is_kept_outside_the_vector() -> None:

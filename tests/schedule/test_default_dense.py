@@ -8,10 +8,11 @@ import json
 
 import numpy as np
 
+from ember.backend import build_kernel
 from ember.graph import GraphBuilder
 from ember.graph.passes import fuse
 from ember.graph.passes.pack_weights import pack_weights
-from ember.schedule import Annotation, Location, replay, step_from_json
+from ember.schedule import Annotation, Location, lower, replay, step_from_json
 from ember.schedule.default import default_schedule
 from ember.target import Target
 from ember.te import ComputeDAG
@@ -100,6 +101,25 @@ def test_columns_no_vector_divides_take_the_generic_recipe() -> None:
     state = default_schedule(matmul_dag((7, 9), (9, 13)), AVX512)
     assert [it.name for it in state.stage("T_matmul_NN.local").iters][-2:] == ["i", "j"]
     assert all(it.annotation is not VECTORIZE for it in state.stage("T_matmul_NN").iters)
+
+
+def test_padded_columns_keep_the_register_tile_and_store_the_tail_lanes() -> None:
+    # Q.K^T over 37 tokens: the product runs over 48 padded columns in tiles of 2
+    # vectors of 8; the last tile stores 5 of its 16 columns (a predicated store), and
+    # the accumulators stay in registers.
+    dag = matmul_dag((2, 37, 16), (2, 16, 37))
+    state = default_schedule(dag, AVX2)
+    assert state.stage("T_matmul_pad").location is Location.ROOT
+    assert iters(state, "T_batch_matmul_NN")[1:] == [(6, UNROLL), (2, UNROLL), (8, VECTORIZE)]
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(t.shape).astype("float32") for t in dag.inputs)
+    kernel = build_kernel(lower(state), "llvm")
+    out = np.full((2, 37, 37), np.nan, "float32")  # an element never written shows
+    kernel(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+    source = kernel.source or ""
+    assert "_local[" not in source  # the accumulators are variables
+    assert source.count("const float32x8 tail") == 12  # 6 rows x 2 vectors
 
 
 def test_dense_schedules_are_replayable_steps() -> None:

@@ -39,6 +39,10 @@ CASES = [
     pytest.param(
         "matmul", [random((3, 4), "int32"), random((4, 2), "int32", 1)], None, id="matmul-int32"
     ),
+    pytest.param(
+        "matmul", [random((2, 5, 4)), random((2, 4, 19), seed=1)], None, id="padded-columns"
+    ),
+    pytest.param("matmul", [random((3, 4)), random((4, 33), seed=1)], None, id="padded-matrix"),
     _sparse_case(3, 8, 12, (2, 3), 0.5),
     _sparse_case(2, 6, 8, (1, 1), 0.3),
     _sparse_case(1, 8, 8, (4, 4), 1.0),
@@ -72,6 +76,19 @@ def test_batch_matmul_reads_broadcast_batch_axes_at_zero() -> None:
     assert str(dag).splitlines()[-1] == (
         "T_batch_matmul_NN(b0, i, j) += (placeholder[0, i, k]*placeholder[b0, k, j])"
     )
+
+
+def test_matmul_pads_columns_that_no_vector_width_divides() -> None:
+    # Attention's Q.K^T over ViT's 197 tokens: the right operand is padded with zero
+    # columns to a multiple of 16, the product runs over them, the output crops.
+    dag = run_check("matmul", [random((2, 3, 8)), random((2, 8, 197), seed=1)])
+    names = [t.op.name for t in dag.compute_tensors]
+    assert names == ["T_matmul_pad", "T_batch_matmul_NN_padded", "T_batch_matmul_NN"]
+    assert [t.shape[-1] for t in dag.compute_tensors] == [208, 208, 197]
+    # Sixteen columns or fewer, or a multiple of 16, are left as they are.
+    for columns in (16, 13, 48):
+        dag = run_check("matmul", [random((3, 8)), random((8, columns), seed=1)])
+        assert [t.op.name for t in dag.compute_tensors] == ["T_matmul_NN"]
 
 
 def test_sparse_dense_guards_each_rows_blocks() -> None:
