@@ -240,10 +240,8 @@ def export(name: str, path: Path) -> Path:
     count = sum(p.numel() for p in model.parameters())
     if count != PARAMETERS[name]:
         raise SystemExit(f"{name}: {count} parameters, the published model has {PARAMETERS[name]}")
-    if name == "bert_base":  # 128 token ids
-        x = torch.randint(0, 30522, (1, 128))
-    else:
-        x = torch.randn(1, 3, 224, 224)
+    # BERT reads 128 token ids; the others an image.
+    x = torch.randint(0, 30522, (1, 128)) if name == "bert_base" else torch.randn(1, 3, 224, 224)
     torch.onnx.export(model, (x,), str(path), opset_version=17, input_names=["input"],
                       output_names=["output"], dynamo=False)  # fmt: skip
     return path

@@ -318,7 +318,9 @@ class CRenderer(Renderer):
             with self.block("else"):
                 for n, test in enumerate(tests):
                     store_lane = f"{name}[{base} + {n}] = {value_name}[{n}];"
-                    self.emit(store_lane if _always(test) else f"if ({self.expr(test)}) {store_lane}")
+                    self.emit(
+                        store_lane if _always(test) else f"if ({self.expr(test)}) {store_lane}"
+                    )
 
     # -- scalar expressions ------------------------------------------------------------
 

@@ -13,13 +13,19 @@ VECTORIZED remains. Each such loop with a constant power-of-two extent (the lane
   both branches in every lane, so it is only vectorized when both branches provably
   cannot fault (every Load in bounds, no integer division by a non-constant);
 - inner serial/unrolled loops and ifs are kept (the vector loop moves inside them,
-  legal because the lanes of a VECTORIZED loop are independent).
+  legal because the lanes of a VECTORIZED loop are independent);
+- a tail (a split whose vectors overrun a row, guarded by an affine test of the lane
+  that holds on one run of lanes): a guarded contiguous store whose value is safe in
+  every lane becomes a predicated Store (the matrix tile's last columns); otherwise
+  the loop is versioned, `if (first and last lane pass) vector code with the tests
+  dropped else the serial loop`, for a guard around the body or selects whose taken
+  branch could fault (rfactor's tail).
 
 Like PARALLEL, the VECTORIZED annotation asserts that iterations are independent (the
 schedule's legality checks own that); the pass still refuses the cross-lane patterns it
 can see. A loop that cannot be vectorized falls back to a SERIAL loop, never to wrong
 code: an extent that is not a constant power of two, an Allocate, a parallel loop or a
-loop/if bound depending on the lane, a store whose index does not depend on the lane
+loop bound depending on the lane, an if on the lane that is no tail, a store whose index does not depend on the lane
 or is not affine in it, a buffer stored at two different indices or read at another
 index than it is stored at (a cross-lane dependence), or a faulting lazy branch.
 
@@ -28,7 +34,7 @@ The index helpers (`add`, `multiply`, `flatten_index`) are shared with code gene
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ember.loop.analysis import Interval, const_interval
@@ -49,6 +55,7 @@ from ember.loop.ir import (
     split_dtype,
     vector_dtype,
 )
+from ember.loop.simplify import simplify_expr
 from ember.te.expr import (
     Binary,
     BinaryOp,
@@ -61,7 +68,7 @@ from ember.te.expr import (
     UnaryOp,
     Var,
 )
-from ember.te.visit import walk
+from ember.te.visit import free_vars, map_expr, walk
 
 MAX_LANES = 64
 
@@ -201,10 +208,15 @@ def _rewrite(stmt: Stmt, bounds: Mapping[Var, Interval]) -> Stmt:
         case For(var, extent, kind, body, unroll):
             new_body = _rewrite(body, _bind(bounds, var, _loop_bound(extent)))
             if kind is ForKind.VECTORIZED:
+                serial = For(var, extent, ForKind.SERIAL, new_body, unroll)
                 try:
                     return _vectorize_loop(var, extent, new_body, bounds)
                 except _CannotVectorize:
-                    return For(var, extent, ForKind.SERIAL, new_body, unroll)
+                    pass
+                try:
+                    return _versioned(var, extent, new_body, bounds, serial)
+                except _CannotVectorize:
+                    return serial
             return stmt if new_body is body else For(var, extent, kind, new_body, unroll)
         case Seq(stmts):
             new = tuple(_rewrite(s, bounds) for s in stmts)
@@ -246,6 +258,76 @@ def _vectorize_loop(var: Var, extent: Expr, body: Stmt, bounds: Mapping[Var, Int
         var, Ramp(Const(0, var.dtype), 1, lanes), Interval.extent(lanes)
     )
     return _LoopVectorizer(lanes).stmt(body, scope)
+
+
+def _versioned(
+    var: Var, extent: Expr, body: Stmt, bounds: Mapping[Var, Interval], serial: For
+) -> Stmt:
+    """A loop whose body is guarded by affine tests of the lane (a vector that runs
+    past the end of a row: `split` with a tail; an if around the body, or selects
+    whose taken branch could fault, as rfactor's tail makes) as `if (the first and the
+    last lane pass every test) vector code else the serial loop`: whole vectors run
+    vectorized with the tests dropped, the one tail vector of a row serially."""
+    lanes = _int_const(extent)
+    if lanes is None or lanes < 2 or lanes > MAX_LANES or lanes & (lanes - 1):
+        raise _CannotVectorize(f"extent {extent} is not a constant power of two")
+    scope = _Scope({}, bounds).bind(
+        var, Ramp(Const(0, var.dtype), 1, lanes), Interval.extent(lanes)
+    )
+    vectorizer, known = _LoopVectorizer(lanes), {*bounds, var}
+    tests: list[Expr] = []
+
+    def lane_test(condition: Expr) -> Expr | None:
+        """The vector form of a test to version on, or None if it is not one."""
+        if not free_vars(condition) <= known:
+            return None  # it changes inside the body: no test outside can decide it
+        test = vectorizer.expr(condition, scope)
+        return test if lanes_of(test) > 1 and _one_run(test) else None
+
+    fast = body
+    if isinstance(body, IfThenElse) and body.else_body is None:
+        test = lane_test(body.condition)
+        if test is not None:
+            tests.append(test)
+            fast = body.then_body
+
+    def taken(node: Expr) -> Expr | None:
+        if isinstance(node, Select) and (test := lane_test(node.condition)) is not None:
+            tests.append(test)
+            return map_expr(node.true_value, taken)
+        return None
+
+    fast = _map_exprs(fast, lambda e: map_expr(e, taken))
+    if not tests:
+        raise _CannotVectorize("no test of the lane to version the loop on")
+    whole = [Binary(BinaryOp.AND, lane_of(t, 0), lane_of(t, lanes - 1)) for t in tests]
+    condition: Expr = whole[0]
+    for more in whole[1:]:
+        condition = Binary(BinaryOp.AND, condition, more)
+    condition = simplify_expr(condition, bounds)
+    if isinstance(condition, Const) and not condition.value:
+        raise _CannotVectorize("no vector passes the tests of the lane")
+    return IfThenElse(condition, _vectorize_loop(var, extent, fast, bounds), serial)
+
+
+def _map_exprs(stmt: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
+    """`stmt` with `fn` applied to each expression it holds (not to loop extents)."""
+    match stmt:
+        case Store(buffer, indices, value, predicate):
+            mask = None if predicate is None else fn(predicate)
+            return Store(buffer, tuple(fn(i) for i in indices), fn(value), mask)
+        case For(var, extent, kind, body, unroll):
+            return For(var, extent, kind, _map_exprs(body, fn), unroll)
+        case Seq(stmts):
+            return Seq(tuple(_map_exprs(s, fn) for s in stmts))
+        case IfThenElse(condition, then_body, else_body):
+            other = None if else_body is None else _map_exprs(else_body, fn)
+            return IfThenElse(fn(condition), _map_exprs(then_body, fn), other)
+        case LetStmt(var, value, body):
+            return LetStmt(var, fn(value), _map_exprs(body, fn))
+        case Allocate(buffer, body):
+            return Allocate(buffer, _map_exprs(body, fn))
+    return stmt
 
 
 def _check_no_cross_lane_dependence(body: Stmt) -> None:
@@ -337,7 +419,9 @@ class _LoopVectorizer:
                 return self._let(var, value, body, scope)
         raise _CannotVectorize(f"{type(stmt).__name__} inside a vectorized loop")
 
-    def _store(self, buffer: Buffer, indices: tuple[Expr, ...], value: Expr, scope: _Scope) -> Stmt:
+    def _store(
+        self, buffer: Buffer, indices: tuple[Expr, ...], value: Expr, scope: _Scope
+    ) -> Store:
         new_indices = tuple(self.expr(i, scope) for i in indices)
         if all(lanes_of(i) == 1 for i in new_indices):
             raise _CannotVectorize(f"the store to {buffer.name} is the same in every lane")

@@ -16,6 +16,8 @@ The recipe, in the order it is applied:
    GFLOP/s inlined, 45 at root). Padding whose condition tests its innermost axis
    (NCHW pads W) stays at root, since inlined it would put a lane-dependent select
    into a vectorized loop, which then cannot be vectorized (its loads may fault).
+   A stage of transcendental functions read by several stages (softmax's exp, read
+   by its sum and its division) stays at root too: computed once, not per reader.
 2. *Anchors*: a reduction read only by an output, at the output's own indices (conv,
    dense, pool, ... with their bias/relu/residual epilogue, or alone), gets
    register-resident accumulators: `cache_write(anchor, "local")`, the copy-out stage
@@ -39,19 +41,24 @@ The recipe, in the order it is applied:
    channel tiles, so that each core reads its share of the input once and the
    weights from L2, unless the weights outweigh the input on a multi-core target
    (ResNet-50's last stages), where each core streams its share of the weights.
-3. Every other root stage: a reduction (softmax's max and sum, norms' moments, full
-   reductions) keeps its reduce loops inside and vectorizes its innermost spatial axis
-   when every read is contiguous in it; an injective stage splits its innermost axis
-   by the vector width and vectorizes it. A reduction fuses its outer spatial loops
+3. Every other root stage: a reduction keeps its reduce loops inside and vectorizes
+   its innermost spatial axis when every read is contiguous in it; one contiguous
+   along its innermost reduce axis instead (softmax's max and sum, LayerNorm's
+   moments: rows) is split by `rfactor` into one vector of partial results per row,
+   computed at the row loop, which then adds up the vector. An injective stage splits
+   its innermost axis by the vector width and vectorizes it; an axis no vector width
+   divides gets whole vectors and a partial one (`vectorize` runs that one serially)
+   when its reads are contiguous in it. A reduction fuses its outer spatial loops
    into one parallel loop when there is enough work for the cores; an injective
    stage fuses only the outer axes that give each core several chunks and keeps the
    rest as loops (ResNet-50's input padding, 3 channels: fused down to single
    elements it took a quarter of the first conv's time in index divisions).
 
-Split factors always divide the extents they split (tails would put guards inside
-the unrolled and vectorized loops), so odd sizes get narrower vectors, fewer rows or no
-vectorization, never wrong code; the exception is a matrix product over columns
-padded to whole vectors (`default_dense`), whose tail is a predicated store.
+Split factors of register tiles divide the extents they split (tails would put
+guards inside the unrolled loops), so odd sizes get narrower vectors or fewer rows,
+never wrong code; the exception is a matrix product over columns padded to whole
+vectors (`default_dense`), whose tail is a predicated store. Vectorized loops of rows
+(step 3) may have a tail: `vectorize` versions the loop on it.
 """
 
 from __future__ import annotations
@@ -71,14 +78,15 @@ from ember.schedule.steps import (
     ComputeAtStep,
     ComputeInlineStep,
     FuseStep,
+    RfactorStep,
     SplitStep,
     reorder_to,
 )
 from ember.target import Target
 from ember.te.dag import ComputeDAG
-from ember.te.expr import Binary, BinaryOp, Const, Expr, Reduce, Select, TensorRead, Var
+from ember.te.expr import Binary, BinaryOp, Call, Const, Expr, Reduce, Select, TensorRead, Var
 from ember.te.tensor import Tensor
-from ember.te.visit import free_vars, map_expr
+from ember.te.visit import free_vars, map_expr, walk
 
 # A loop nest with fewer element operations than this runs on one thread: forking
 # OpenMP threads costs a few microseconds, more than such a nest takes.
@@ -90,6 +98,9 @@ PARALLEL_CHUNKS_PER_CORE = 8
 MAX_TILE_ROWS = 14
 # Most vectors (or scalars, without vectorization) along the innermost axis per tile.
 MAX_TILE_VECTORS = 4
+# Functions an injective stage read by several stages is materialized for, rather
+# than recomputed in each (softmax's exp: 2.9 -> ms one thread on ViT's 12x197x197).
+COSTLY_CALLS = frozenset({"exp", "log", "erf", "tanh", "sigmoid", "pow"})
 # Independent FMA chains a core needs to keep its FMA units busy (latency 4 x 2 units).
 MIN_ACCUMULATORS = 8
 # Addresses this many bytes apart share an L1 cache set, which holds CACHE_WAYS lines
@@ -280,8 +291,17 @@ def _inline_producers(state: State, target: Target) -> State:
         index = _index_of(state, stage.tensor)
         if isinstance(stage.compute_op.body, Reduce) or _keeps_padding_at_root(state, index):
             continue
+        if _is_costly(stage.compute_op.body) and len(_readers(state, stage.tensor)) > 1:
+            continue  # softmax's exp, read by its sum and its division: computed once
         state = ComputeInlineStep(index).apply(state)
     return state
+
+
+def _is_costly(body: Expr) -> bool:
+    """Whether an element costs a transcendental function (tens of instructions even
+    in vector form), so that computing it once per reader would cost more than a pass
+    over memory."""
+    return any(isinstance(node, Call) and node.name in COSTLY_CALLS for node in walk(body))
 
 
 # -- anchors -------------------------------------------------------------------------
@@ -505,8 +525,19 @@ def _schedule_reduction(state: State, index: int, target: Target) -> State:
         return state
     last = op.axes[-1]
     lanes = 1
-    if contiguous_in(expanded_reads(state, index), last.var):
+    reads = expanded_reads(state, index)
+    if contiguous_in(reads, last.var):
         lanes = _lanes_dividing(last.extent, _vector_lanes(state, index, target))
+    width = _vector_lanes(state, index, target)
+    innermost = op.reduce_axes[-1] if op.reduce_axes else None
+    if (
+        lanes == 1
+        and innermost is not None
+        and width > 1
+        and innermost.extent >= 2 * width
+        and contiguous_in(reads, innermost.var)
+    ):
+        return _schedule_row_reduction(state, index, width, target)
     spatial = [a.name for a in op.axes[:-1]]
     reduce = [a.name for a in op.reduce_axes]
     if lanes > 1:
@@ -521,6 +552,31 @@ def _schedule_reduction(state: State, index: int, target: Target) -> State:
     return _parallelize(state, index, outer, _work(stage), target)
 
 
+def _schedule_row_reduction(state: State, index: int, lanes: int, target: Target) -> State:
+    """Step 3 for a reduction along its rows' contiguous innermost axis (softmax's max
+    and sum, LayerNorm's moments): the axis split into vectors, and `rfactor` makes a
+    partial stage of one vector of accumulators per row, `k.1` vectorized (a row's
+    last, partial vector runs serially: `vectorize` versions the loop), computed at
+    the row loop of the stage, which adds up the vector (LayerNorm over 768 on AVX2:
+    ~3x faster than one scalar chain per row)."""
+    op = state.stages[index].compute_op
+    position = len(state.stages[index].iters) - 1
+    name = op.reduce_axes[-1].name
+    state = SplitStep(index, position, (lanes,)).apply(state)
+    state = RfactorStep(index, position + 1, len(op.axes)).apply(state)
+    partial, final = index, index + 1  # the partial stage is inserted before the stage
+    rows = len(op.axes)
+    others = [a.name for a in state.stages[partial].compute_op.reduce_axes]
+    spatial = [a.name for a in op.axes]
+    state = reorder_to(state, partial, [*spatial, *others, f"{name}.1"])
+    last = len(state.stages[partial].iters) - 1
+    state = AnnotationStep(partial, last, Annotation.VECTORIZE).apply(state)
+    if rows:
+        state = _parallelize(state, final, rows, _work(state.stages[partial]), target)
+        state = ComputeAtStep(partial, final, 0).apply(state)
+    return state
+
+
 def _schedule_injective(state: State, index: int, target: Target) -> State:
     """Step 3 for an injective stage: innermost axis split by the vector width and
     vectorized; the fewest outer axes that give every core several chunks of work
@@ -531,7 +587,14 @@ def _schedule_injective(state: State, index: int, target: Target) -> State:
     if not stage.iters:
         return state
     last = len(stage.iters) - 1
-    lanes = _lanes_dividing(stage.iters[last].extent, _vector_lanes(state, index, target))
+    width, extent = _vector_lanes(state, index, target), stage.iters[last].extent
+    lanes = _lanes_dividing(extent, width)
+    if lanes == 1 and width >= 4 and extent >= 2 * width:
+        innermost = stage.compute_op.axes[-1].var
+        if contiguous_in(expanded_reads(state, index), innermost):
+            # Whole vectors and one partial, which `vectorize` runs serially; reads
+            # across the rows (a transpose's) would be gathers, slower than scalars.
+            lanes = width
     if lanes > 1:
         state = SplitStep(index, last, (lanes,)).apply(state)
         state = AnnotationStep(index, last + 1, Annotation.VECTORIZE).apply(state)

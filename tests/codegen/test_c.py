@@ -165,7 +165,8 @@ def test_matmul_with_register_accumulators() -> None:
 
 def test_vectorized_loops_with_tails() -> None:
     """37 elements: 4 vector blocks of 8 plus a 5-element tail, written once as a guarded
-    vector loop (falls back to serial) and once as main part plus scalar tail."""
+    vector loop (versioned: whole vectors, then the tail serially) and once as main
+    part plus scalar tail."""
     n = 37
     a, c, d = Buffer("A", (n,), F32), Buffer("C", (n,), F32), Buffer("D", (n,), F32)
     index = i * 8 + v
@@ -182,6 +183,7 @@ def test_vectorized_loops_with_tails() -> None:
     np.testing.assert_allclose(c_out, a_in * 3, rtol=1e-6)
     np.testing.assert_allclose(d_out, a_in - 1, rtol=1e-6)
     assert kernel.source is not None and "ember_store_float32x8(&D[i * 8]" in kernel.source
+    assert "ember_store_float32x8(&C[i * 8]" in kernel.source
 
 
 def test_predicated_store_writes_only_the_lanes_in_the_row() -> None:

@@ -33,7 +33,7 @@ from ember.loop.vectorize import (
     subtract,
     vectorize,
 )
-from ember.te.expr import Binary, BinaryOp, Const, Expr, Var, call, cast, maximum, select
+from ember.te.expr import Binary, BinaryOp, Const, Expr, Select, Var, call, cast, maximum, select
 from ember.te.visit import walk
 
 i, j, k, v = Var("i"), Var("j"), Var("k"), Var("v")
@@ -129,12 +129,18 @@ def test_extent_that_is_not_a_small_power_of_two_stays_serial(extent: int) -> No
     assert kinds(after.body) == [ForKind.PARALLEL, ForKind.SERIAL]
 
 
-def test_tail_guard_depending_on_the_lane_falls_back() -> None:
+def test_tail_guard_depending_on_the_lane_versions_the_loop() -> None:
+    # The last vector would read A past its end, so no lane may run speculatively:
+    # whole vectors run vector code, the tail the serial loop.
     a, c = Buffer("A", (37,), F32), Buffer("C", (37,), F32)
     index = i * 16 + v
     guarded = IfThenElse(index < 37, Store(c, (index,), Load(a, (index,)) * 2.0))
-    after = check_same(PrimFunc("tail", (a, c), loop(i, 3, vloop(v, 16, guarded))), False)
+    after = check_same(PrimFunc("tail", (a, c), loop(i, 3, vloop(v, 16, guarded))), True)
     assert kinds(after.body) == [ForKind.SERIAL, ForKind.SERIAL]
+    versioned = after.body.body  # type: ignore[attr-defined]
+    assert isinstance(versioned, IfThenElse)
+    assert versioned.condition == (i * 16 < 22)  # lanes 0 and 15 in: i * 16 + 15 < 37
+    assert vector_stores(versioned.then_body) and not vector_stores(versioned.else_body)
 
 
 def test_tail_guard_around_a_safe_value_becomes_a_predicated_store() -> None:
@@ -258,6 +264,21 @@ def padded_copy(offset: int) -> PrimFunc:
 
 def test_lazy_select_that_could_read_out_of_bounds_falls_back() -> None:
     check_same(padded_copy(1), vectorized=False)
+
+
+def test_select_of_a_reduction_tail_versions_the_loop() -> None:
+    # rfactor over a row of 37 in vectors of 8: partial[v] += (ko*8 + v < 37) ? A[ko*8 + v] : 0.
+    # Whole vectors add with no select; the last, past the row's end, runs serially.
+    a, partial = Buffer("A", (37,), F32), Buffer("partial", (8,), F32)
+    index = k * 8 + v
+    update = Load(partial, (v,)) + select(index < 37, Load(a, (index,)), zero())
+    func = PrimFunc("rf", (a, partial), loop(k, 5, vloop(v, 8, Store(partial, (v,), update))))
+    after = check_same(func, vectorized=True)
+    versioned = after.body.body  # type: ignore[attr-defined]
+    assert isinstance(versioned, IfThenElse)
+    assert versioned.condition == (k * 8 < 30)  # lanes 0 and 7 in: k * 8 + 7 < 37
+    (store,) = vector_stores(versioned.then_body)
+    assert not any(isinstance(n, Select) for n in walk(store.value))
 
 
 def test_select_with_provably_safe_branches_is_vectorized() -> None:

@@ -248,13 +248,23 @@ def test_injective_stage_is_vectorized_and_parallel_when_large() -> None:
     assert all(it.annotation is Annotation.NONE for s in small.stages for it in s.iters)
 
 
-def test_softmax_reductions_stay_at_root() -> None:
+def test_softmax_reduces_rows_in_vectors_and_computes_exp_once() -> None:
+    # Rows of 1000 = 62 vectors of 16 and a partial one (vectorize versions the loop).
     state = default_schedule(op_dag("softmax", (8, 1000), AxisAttrs(1)), AVX512)
-    reductions = [s for s in state.stages if not s.is_placeholder and s.compute_op.reduce_axes]
-    assert len(reductions) == 2
-    assert all(s.location is Location.ROOT for s in reductions)
-    (output,) = [s for s in state.stages if s.tensor is state.dag.outputs[0]]
-    assert output.iters[-1].annotation is Annotation.VECTORIZE
+    for name in ("T_softmax_maxelem", "T_softmax_expsum"):
+        partial, final = state.stage(f"{name}.rf"), state.stage(name)
+        assert final.location is Location.ROOT
+        assert partial.location is Location.ATTACHED
+        assert state.stages[partial.attach_stage] is final
+        assert [(it.name, it.extent, it.annotation) for it in partial.iters][-2:] == [
+            ("k.0", 63, Annotation.NONE),
+            ("k.1", 16, Annotation.VECTORIZE),
+        ]
+    # exp is read by the sum and the division: computed once, not once per reader.
+    assert state.stage("T_softmax_exp").location is Location.ROOT
+    # The division's vectors divide the row: 125 of 8.
+    output = state.stage("T_softmax_norm")
+    assert (output.iters[-1].extent, output.iters[-1].annotation) == (8, Annotation.VECTORIZE)
 
 
 def test_default_schedules_are_deterministic_replayable_steps() -> None:
