@@ -86,6 +86,14 @@ class DeviceModel:
         from memory (or one broadcast register serves the whole tile)."""
         return self.arch in ("aarch64", "arm")
 
+    @property
+    def broadcast_operands(self) -> bool:
+        """Whether a vector FMA can read its broadcast input straight from memory
+        (AVX-512's embedded `{1toN}`), so a register tile's rows cost no loads of their
+        own; without it (AVX2, NEON) each row's input is a broadcast load, as each
+        column's weight vector is a load."""
+        return self.has("avx512f")
+
 
 def dtype_bits(dtype: str) -> int:
     """Bits of one element of a dtype name: `float32` -> 32, `bool` -> 8 (as NumPy

@@ -295,3 +295,17 @@ def test_awkward_extents_still_get_enough_accumulators() -> None:
     rows, vectors = _register_tile(56, 14, 8, 16)
     assert rows * vectors >= MIN_ACCUMULATORS
     assert _register_tile(13, 14, 125, 32) == (13, 1)  # AVX-512 had it under the margin
+
+
+def test_tiles_without_broadcast_operands_balance_rows_and_vectors() -> None:
+    """AVX2's FMAs cannot read a broadcast from memory: each tile row costs a load, as
+    each weight vector does. Among tiles of 8 accumulators over 56 pixels x 8 vectors
+    (ResNet-50's first stage), AVX-512 takes the most rows, AVX2 the fewest loads."""
+    from ember.schedule.default import _register_tile
+
+    assert _register_tile(56, 14, 8, 32) == (14, 2)  # 28 accumulators on AVX-512
+    assert _register_tile(56, 14, 8, 16) == (8, 1)
+    assert _register_tile(56, 14, 8, 16, broadcast_operands=False) == (4, 2)
+    state = default_schedule(conv_dag((1, 56, 56, 64), 64), AVX2)
+    tile = [(it.extent, it.annotation) for it in state.stage("T_relu").iters[1:]]
+    assert tile == [(4, Annotation.UNROLL), (2, Annotation.UNROLL), (8, Annotation.VECTORIZE)]
