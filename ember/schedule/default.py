@@ -367,7 +367,8 @@ def _register_tile(
     row_extent: int, max_rows: int, vector_extent: int, registers: int,
     scalar_registers: bool = False, broadcast_operands: bool = True,
 ) -> tuple[int, int]:  # fmt: skip
-    """Rows x vectors of a register tile: divisors of the extents (no tails), at most
+    """Rows x vectors of a register tile: divisors of the extents (no tails; rows with
+    a tail only where no divisor gives MIN_ACCUMULATORS), at most
     `max_rows` rows and `registers - 4` accumulators, the most of them first; among as
     many, one that also leaves a register per weight vector and one for the broadcast
     input (no spill), then the most rows (the fewest weight vectors to load per
@@ -406,6 +407,22 @@ def _register_tile(
         # were slower than its 7 x 1: benchmarks/compare.py, BENCHMARKS.md.)
         fitting = [(r, v) for r, v in tiles if r * v + v + 1 < registers]
         best = max([best, *fitting], key=lambda t: (t[0] * t[1], t[0]))
+    if best[0] * best[1] < MIN_ACCUMULATORS:
+        # Rows no divisor serves (Inception's 17 and 71 pixels, ResNet-50's last 7:
+        # 1 x 4 and 7 x 1 tiles): rows with a tail, whose guards cost a compare per
+        # row and step, beat too few FMA chains. 4 x 2 on AVX2: 17x17 1x1 768 -> 192
+        # 46 -> 64 GFLOP/s, 7x7 3x3 512 -> 512 56 -> 67, 71x71 3x3 80 -> 192 57 -> 75
+        # (6 x 2 ran 69, 49 and 58). Vectors still divide (a tail inside the unrolled
+        # vectors would be a guard per FMA), and a single-vector tile gains too few
+        # loads to pay for the guards (MobileNetV3-small's 14 pixels keep 7 x 1).
+        tailed = [
+            (rows, vectors)
+            for rows in range(2, min(max_rows, row_extent - 1) + 1)
+            for vectors in _divisors(vector_extent, MAX_TILE_VECTORS)
+            if vectors > 1 and rows * vectors == MIN_ACCUMULATORS
+        ]
+        if tailed:
+            best = max(tailed, key=lambda t: (-(t[0] + t[1]) / (t[0] * t[1]), t[0]))
     return best
 
 

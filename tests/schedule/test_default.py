@@ -9,15 +9,17 @@ import math
 
 import numpy as np
 
+from ember.backend import build_kernel
 from ember.graph import GraphBuilder
 from ember.graph.ir import Attrs, Graph, NoAttrs, Params
 from ember.graph.ops.attrs import AxisAttrs, ConvAttrs, PoolAttrs, TransposeAttrs
 from ember.graph.passes import fuse
-from ember.schedule import Annotation, Location, State, replay, step_from_json
+from ember.schedule import Annotation, Location, State, lower, replay, step_from_json
 from ember.schedule.default import default_schedule
 from ember.schedule.state import SplitRelation
 from ember.target import Target
 from ember.te import ComputeDAG
+from ember.te.evaluate import evaluate_dag
 from ember.topi import group_to_dag
 
 # Two cores, as the expected parallel loops were worked out for: without -num-cores the
@@ -309,3 +311,25 @@ def test_tiles_without_broadcast_operands_balance_rows_and_vectors() -> None:
     state = default_schedule(conv_dag((1, 56, 56, 64), 64), AVX2)
     tile = [(it.extent, it.annotation) for it in state.stage("T_relu").iters[1:]]
     assert tile == [(4, Annotation.UNROLL), (2, Annotation.UNROLL), (8, Annotation.VECTORIZE)]
+
+
+def test_rows_no_divisor_serves_get_a_tail() -> None:
+    """17 output pixels (Inception's 17x17 stage) on AVX2: no divisor gives 8 FMA
+    chains (1 x 4), so the tile takes 4 rows with a tail (17 = 4 x 4 + 1) by 2
+    vectors; the tail's rows are guarded, and the kernel computes the conv."""
+    from ember.schedule.default import _register_tile
+
+    assert _register_tile(17, 14, 24, 16, broadcast_operands=False) == (4, 2)
+    assert _register_tile(7, 14, 64, 16, broadcast_operands=False) == (4, 2)
+    assert _register_tile(14, 14, 5, 16, broadcast_operands=False) == (7, 1)  # one vector
+    dag = conv_dag((1, 17, 17, 16), 32)
+    state = default_schedule(dag, AVX2)
+    tile = [(it.extent, it.annotation) for it in state.stage("T_relu").iters[1:]]
+    assert tile == [(4, Annotation.UNROLL), (2, Annotation.UNROLL), (8, Annotation.VECTORIZE)]
+    inputs = [
+        np.random.default_rng(1).standard_normal(t.shape).astype("float32") for t in dag.inputs
+    ]
+    (expected,) = evaluate_dag(dag, inputs)
+    output = np.full(expected.shape, np.nan, "float32")
+    build_kernel(lower(state), "llvm")(*inputs, output)
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-4)
