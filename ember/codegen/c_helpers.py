@@ -69,11 +69,15 @@ static inline $v ember_vselect_$v($i mask, $v a, $v b) {
 VECTOR_EXP = """\
 static inline $v ember_vexp_$v($v x) {
   /* x = n ln2 + r, |r| <= ln2/2 (ln2 in two parts); e^r by Cephes' expf polynomial;
-     2^n built in the exponent bits, as two factors so that n down to -150 fits. */
-  $i nan = x != x, big = x > 88.72283935546875f, small = x < -103.97208f;
-  $v xc = ember_vselect_$v(nan | big | small, ($v){0}, x);
+     2^n built in the exponent bits, as two factors so that n down to -150 fits.
+     x is clamped to where that holds (the ends are fixed up last); a NaN fails
+     both tests and stays NaN through every step. t + 150.5 >= 0.5 after the clamp,
+     so truncating it rounds t to the nearest integer (plus 150). */
+  $i big = x > 88.72283935546875f, small = x < -103.97208f;
+  $v xc = ember_vselect_$v(big, ($v){0} + 88.72283935546875f, x);
+  xc = ember_vselect_$v(small, ($v){0} - 103.97208f, xc);
   $v t = xc * 1.44269504088896341f;
-  $i ni = __builtin_convertvector(t + ember_vselect_$v(t < 0, ($v){0} - 0.5f, ($v){0} + 0.5f), $i);
+  $i ni = __builtin_convertvector(t + 150.5f, $i) - 150;
   $v n = __builtin_convertvector(ni, $v);
   $v r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
   $v p = r * 1.9875691500e-4f + 1.3981999507e-3f;
@@ -86,8 +90,7 @@ static inline $v ember_vexp_$v($v x) {
   $v scale1 = ($v)((half + 127) << 23), scale2 = ($v)((ni - half + 127) << 23);
   $v y = p * scale1 * scale2;
   y = ember_vselect_$v(big, ($v){0} + __builtin_inff(), y);
-  y = ember_vselect_$v(small, ($v){0}, y);
-  return ember_vselect_$v(nan, x, y);
+  return ember_vselect_$v(small, ($v){0}, y);
 }"""
 VECTOR_SIGMOID = """\
 static inline $v ember_vsigmoid_$v($v x) {
