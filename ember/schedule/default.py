@@ -103,6 +103,9 @@ MAX_TILE_VECTORS = 4
 COSTLY_CALLS = frozenset({"exp", "log", "erf", "tanh", "sigmoid", "pow"})
 # Independent FMA chains a core needs to keep its FMA units busy (latency 4 x 2 units).
 MIN_ACCUMULATORS = 8
+# Cycles from one FMA into an accumulator to the next (4 on the x86 and Arm cores we
+# target): a core with two FMA units needs 8 independent chains to keep them busy.
+FMA_LATENCY = 4
 # Addresses this many bytes apart share an L1 cache set, which holds CACHE_WAYS lines
 # (8 or more on the x86 and Arm cores we target).
 ALIASING_BYTES = 4096
@@ -373,9 +376,10 @@ def _register_tile(
     many, one that also leaves a register per weight vector and one for the broadcast
     input (no spill), then the most rows (the fewest weight vectors to load per
     tile). Without `broadcast_operands` (AVX2), each row's input is a load of its own
-    too, so among as many accumulators the fewest loads per FMA, (rows + vectors) /
-    (rows x vectors), come before the most rows: 4 x 2 rather than 8 x 1 (ResNet-50's
-    3x3 conv 56x56x64: 55 -> 67 GFLOP/s, two threads).
+    too, and the loads, not the accumulators, bound the tile: it is chosen by the FMAs
+    per cycle it allows (two units, two loads a cycle, FMA_LATENCY), then as above:
+    4 x 2 rather than 8 x 1 (ResNet-50's 3x3 conv 56x56x64: 55 -> 67 GFLOP/s, two
+    threads), 5 x 2 rather than 11 x 1 (SqueezeNet's 55x55 3x3: 52 -> 62).
 
     `scalar_registers` (AArch64): every FMA operand is a register (x86's take the
     broadcast input from memory), and GCC loads each row's input into a register of
@@ -392,10 +396,17 @@ def _register_tile(
         fitting = [(r, v) for r, v in candidates if r * v + v + r <= registers] or candidates
         return max(fitting, key=lambda t: (t[0] * t[1], t[0] * t[1] / (t[0] + t[1]), t[0]))
 
-    def score(tile: tuple[int, int]) -> tuple[int, bool, float, int]:
+    def score(tile: tuple[int, int]) -> tuple[float, bool, int, int]:
         rows, vectors = tile
-        loads = 0.0 if broadcast_operands else -(rows + vectors) / (rows * vectors)
-        return rows * vectors, rows * vectors + vectors + 1 <= registers, loads, rows
+        accumulators = rows * vectors
+        fits = accumulators + vectors + 1 <= registers
+        if broadcast_operands:
+            return accumulators, fits, accumulators, rows
+        # FMAs per cycle the tile allows: two FMA units, two loads a cycle (a row's
+        # broadcast and a column's weights for each rows x vectors FMAs), FMA_LATENCY
+        # cycles before an accumulator is ready again.
+        rate = min(2, 2 * accumulators / (rows + vectors), accumulators / FMA_LATENCY)
+        return rate, fits, accumulators, rows
 
     best = max(candidates, key=score)
     if best[0] * best[1] < MIN_ACCUMULATORS:
