@@ -25,9 +25,10 @@ Like PARALLEL, the VECTORIZED annotation asserts that iterations are independent
 schedule's legality checks own that); the pass still refuses the cross-lane patterns it
 can see. A loop that cannot be vectorized falls back to a SERIAL loop, never to wrong
 code: an extent that is not a constant power of two, an Allocate, a parallel loop or a
-loop bound depending on the lane, an if on the lane that is no tail, a store whose index does not depend on the lane
-or is not affine in it, a buffer stored at two different indices or read at another
-index than it is stored at (a cross-lane dependence), or a faulting lazy branch.
+loop bound depending on the lane, an if on the lane that is no tail, a store whose
+index does not depend on the lane or is not affine in it, a buffer stored at two
+different indices or read at another index than it is stored at (a cross-lane
+dependence), or a faulting lazy branch.
 
 The index helpers (`add`, `multiply`, `flatten_index`) are shared with code generation.
 """
