@@ -251,14 +251,21 @@ def _bind(bounds: Mapping[Var, Interval], var: Var, known: Interval | None) -> d
 
 
 def _vectorize_loop(var: Var, extent: Expr, body: Stmt, bounds: Mapping[Var, Interval]) -> Stmt:
+    lanes, scope = _lanes_and_scope(var, extent, bounds)
+    _check_no_cross_lane_dependence(body)
+    return _LoopVectorizer(lanes).stmt(body, scope)
+
+
+def _lanes_and_scope(var: Var, extent: Expr, bounds: Mapping[Var, Interval]) -> tuple[int, _Scope]:
+    """The lanes of a vectorized loop (its extent, a constant power of two) and the
+    scope of its body, where `var` is the Ramp of the lanes."""
     lanes = _int_const(extent)
     if lanes is None or lanes < 2 or lanes > MAX_LANES or lanes & (lanes - 1):
         raise _CannotVectorize(f"extent {extent} is not a constant power of two")
-    _check_no_cross_lane_dependence(body)
     scope = _Scope({}, bounds).bind(
         var, Ramp(Const(0, var.dtype), 1, lanes), Interval.extent(lanes)
     )
-    return _LoopVectorizer(lanes).stmt(body, scope)
+    return lanes, scope
 
 
 def _versioned(
@@ -269,12 +276,7 @@ def _versioned(
     whose taken branch could fault, as rfactor's tail makes) as `if (the first and the
     last lane pass every test) vector code else the serial loop`: whole vectors run
     vectorized with the tests dropped, the one tail vector of a row serially."""
-    lanes = _int_const(extent)
-    if lanes is None or lanes < 2 or lanes > MAX_LANES or lanes & (lanes - 1):
-        raise _CannotVectorize(f"extent {extent} is not a constant power of two")
-    scope = _Scope({}, bounds).bind(
-        var, Ramp(Const(0, var.dtype), 1, lanes), Interval.extent(lanes)
-    )
+    lanes, scope = _lanes_and_scope(var, extent, bounds)
     vectorizer, known = _LoopVectorizer(lanes), {*bounds, var}
     tests: list[Expr] = []
 

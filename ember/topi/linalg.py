@@ -78,7 +78,7 @@ def _matmul(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType
     columns = b.shape[-1] if b.ndim > 1 else 1
     padded = -columns % PAD_COLUMNS if columns > PAD_COLUMNS else 0
     if padded:
-        # N is no multiple of any vector width: pad the right operand's columns with
+        # N is no multiple of the widest vector: pad the right operand's columns with
         # zeros (a stage of K x N, 1/M of the product's work) so that the product runs
         # whole vectors over N + padded columns; the output keeps the first N.
         b = pad_stage(b, [0] * b.ndim, [0] * (b.ndim - 1) + [padded], typed(0, b.dtype),
