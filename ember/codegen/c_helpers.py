@@ -137,12 +137,42 @@ static inline $v ember_verf_$v($v x) {
   large = ember_vselect_$v(x < 0, -large, large);
   return ember_vselect_$v(a < 1.0f, small, large);
 }"""
+VECTOR_LOG = """\
+static inline $v ember_vlog_$v($v x) {
+  /* x = m 2^e with m in [sqrt(1/2), sqrt(2)); log(1 + f) for f = m - 1 by Cephes'
+     logf polynomial; e ln2 added in two parts. Subnormals are scaled by 2^23 first.
+     x < 0 and NaN give NaN, 0 gives -inf, +inf gives +inf (fixed up last). */
+  $i tiny = x < 1.17549435e-38f;
+  $v xs = ember_vselect_$v(tiny, x * 8388608.0f, x);
+  $i bits = ($i)xs;
+  $i e = ((bits >> 23) & 0xff) - 126 - (tiny & 23);
+  $v m = ($v)((bits & 0x007fffff) | 0x3f000000);
+  $i low = m < 0.707106781186547524f;
+  e = e + low;
+  $v f = m - 1.0f + ($v)(low & ($i)m);
+  $v ef = __builtin_convertvector(e, $v);
+  $v z = f * f;
+  $v p = f * 7.0376836292e-2f - 1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f - 1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f - 1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f - 2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  $v y = p * f * z + ef * -2.12194440e-4f - 0.5f * z;
+  y = f + y + ef * 0.693359375f;
+  y = ember_vselect_$v(x == __builtin_inff(), x, y);
+  y = ember_vselect_$v(x == 0.0f, ($v){0} - __builtin_inff(), y);
+  return ember_vselect_$v(x >= 0.0f, y, ($v){0} + __builtin_nanf(""));
+}"""
 # Which helpers each vectorised function needs, in the order they must be defined.
 VECTOR_MATH = {
     "exp": ("vselect", "vexp"),
     "sigmoid": ("vselect", "vexp", "vsigmoid"),
     "tanh": ("vselect", "vexp", "vtanh"),
     "erf": ("vselect", "vexp", "verf"),
+    "log": ("vselect", "vlog"),
 }
 VECTOR_MATH_BODIES = {
     "vselect": VECTOR_SELECT,
@@ -150,6 +180,7 @@ VECTOR_MATH_BODIES = {
     "vsigmoid": VECTOR_SIGMOID,
     "vtanh": VECTOR_TANH,
     "verf": VECTOR_ERF,
+    "vlog": VECTOR_LOG,
 }
 
 

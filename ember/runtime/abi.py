@@ -102,21 +102,25 @@ class TensorSpec:
         return f"{self.name} {self.shape} {self.dtype}"
 
 
-# OpenMP settings for every process that runs Ember's kernels, unless the user set
-# them: the threads of a parallel region sleep when it ends rather than spin. With
-# another program busy on one of two cores, a spinning thread waited a scheduler tick
-# for a descheduled one at each of the ~100 regions of a run: ResNet-50 slowed 2.6x
-# spinning, 2.0x sleeping, with the same quiet time (BENCHMARKS.md, "Threads under
-# load"). libgomp reads them when it loads, so they are set before any library is.
-OPENMP_DEFAULTS = {"OMP_WAIT_POLICY": "passive"}
+# OpenMP settings for every process that runs Ember's kernels, unless the user chose a
+# wait policy or a spin count: idle threads spin a bounded while (300000 polls, about a
+# millisecond, libgomp's own default, made explicit) at the end of a parallel region,
+# then sleep. Both ends were measured (BENCHMARKS.md, "Threads under load"): sleeping
+# at once (OMP_WAIT_POLICY=passive) made each of a run's ~100 regions wait for its
+# threads to be woken, 25-35 us a region on a virtual machine (MobileNetV3-small 0.7
+# -> 4 ms); spinning without a bound wastes a core shared with another program. libgomp
+# reads these when it loads, so they are set before any library is.
+OPENMP_DEFAULTS = {"GOMP_SPINCOUNT": "300000"}
+_OPENMP_USER_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 
 def load_library(path: str | Path) -> ctypes.CDLL:
     """Load a library of Ember's kernels (or one linking them), with OPENMP_DEFAULTS
-    put into this process's environment first where the user has not set them (a
-    later change has no effect). The one way every Ember library is loaded."""
-    for name, value in OPENMP_DEFAULTS.items():
-        os.environ.setdefault(name, value)
+    put into this process's environment first where the user has set none of
+    `_OPENMP_USER_SETTINGS` (a later change has no effect). The one way every Ember
+    library is loaded."""
+    if not any(name in os.environ for name in _OPENMP_USER_SETTINGS):
+        os.environ.update(OPENMP_DEFAULTS)
     return ctypes.CDLL(str(path))
 
 

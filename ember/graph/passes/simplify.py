@@ -2,20 +2,22 @@
 
 Each rule looks at one node (and, through the context, at the nodes producing its
 inputs and at constant operands) and either forwards an existing value in place of the
-node's output, or proposes a cheaper node computing the same output. Rules never
-change a value's type, so the rest of the graph is unaffected by a rewrite.
+node's output, or proposes cheaper nodes computing the same output (a replacement node
+whose operands may themselves be new nodes: `x ** 3` becomes `(x * x) * x`). Rules
+never change a value's type, so the rest of the graph is unaffected by a rewrite.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ember.graph.ir import (
     Attrs,
     Graph,
+    NoAttrs,
     Node,
     Params,
     Value,
@@ -29,11 +31,12 @@ from ember.graph.passes.rewrite import keeps_element_order, make_node
 
 @dataclass(frozen=True, slots=True)
 class Rewrite:
-    """A replacement node: `op(inputs)` with `attrs`, computing the same output."""
+    """A replacement node: `op(inputs)` with `attrs`, computing the same output. An
+    input that is itself a `Rewrite` becomes a new node in front of this one."""
 
     op: str
-    inputs: tuple[Value, ...]
-    attrs: Attrs
+    inputs: tuple[Value | Rewrite, ...]
+    attrs: Attrs = field(default_factory=NoAttrs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,37 @@ def _neutral_operand(neutral: int, sides: tuple[int, ...]) -> RuleFn:
     return rule
 
 
+def _power_of_constant_exponent(node: Node, context: Context) -> Value | Rewrite | None:
+    """x ** c for a float x and a constant c of one value that does not broadcast x, by
+    multiplies, a reciprocal or a square root, which are vector instructions, where
+    `pow` is a call per element. x ** 2 and x ** -1 are as exact as `pow` (one
+    rounding); x ** 3, x ** 4 and x ** -2 round twice or three times (1-2 ulp). x ** 0.5
+    differs from C's `pow` only at -0 (sqrt keeps the sign) and -inf (NaN, not +inf)."""
+    base, exponent = node.inputs
+    array = context.constant(exponent)
+    if array is None or array.size == 0 or base.type != node.output.type:
+        return None
+    if not np.issubdtype(np.dtype(base.dtype), np.floating) or np.any(array != array.flat[0]):
+        return None
+    square = Rewrite("multiply", (base, base))
+    match float(array.flat[0]):
+        case 1.0:
+            return base
+        case 2.0:
+            return square
+        case 3.0:
+            return Rewrite("multiply", (square, base))
+        case 4.0:
+            return Rewrite("multiply", (square, square))
+        case 0.5:
+            return Rewrite("sqrt", (base,))
+        case -1.0:
+            return Rewrite("reciprocal", (base,))
+        case -2.0:
+            return Rewrite("reciprocal", (square,))
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """A rewrite `apply` tried on every node of `op`."""
@@ -130,6 +164,7 @@ RULES: tuple[Rule, ...] = (
     Rule("subtract", _neutral_operand(0, sides=(1,))),  # x - 0 -> x
     Rule("multiply", _neutral_operand(1, sides=(0, 1))),  # x * 1 -> x, 1 * x -> x
     Rule("divide", _neutral_operand(1, sides=(1,))),  # x / 1 -> x
+    Rule("power", _power_of_constant_exponent),  # x ** 2 -> x * x, x ** 0.5 -> sqrt(x), ...
 )
 
 _RULES_BY_OP: dict[str, tuple[RuleFn, ...]] = {
@@ -167,14 +202,15 @@ def _sweep(graph: Graph, constants: Mapping[str, np.ndarray]) -> Graph:
     producers: dict[str, Node] = {}
     nodes: list[Node] = []
     context = Context(producers, constants)
+    names = _ValueNames(graph)
     for original in graph.nodes:
         node = _substitute_inputs(original, forwarded)
-        result = _rewrite_node(node, context)
+        result = _rewrite_node(node, context, names)
         if isinstance(result, Value):
             forwarded[node.output.name] = result
             continue
-        nodes.append(result)
-        producers.update((value.name, result) for value in result.outputs)
+        nodes.extend(result)
+        producers.update((value.name, new) for new in result for value in new.outputs)
     rebuilt = graph.replace(
         nodes=tuple(nodes), outputs=tuple(forwarded.get(v.name, v) for v in graph.outputs)
     )
@@ -188,8 +224,25 @@ def _substitute_inputs(node: Node, forwarded: Mapping[str, Value]) -> Node:
     return Node(node.op, inputs, node.outputs, node.attrs, node.name)
 
 
-def _rewrite_node(node: Node, context: Context) -> Node | Value:
-    """Apply the rules to `node` until one forwards a value or none fires."""
+class _ValueNames:
+    """Fresh value names for the nodes a rewrite adds in front of a node."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.taken = {v.name for v in (*graph.inputs, *graph.params)}
+        self.taken.update(v.name for node in graph.nodes for v in node.outputs)
+
+    def fresh(self, base: str) -> str:
+        index = 0
+        while f"{base}.{index}" in self.taken:
+            index += 1
+        self.taken.add(name := f"{base}.{index}")
+        return name
+
+
+def _rewrite_node(node: Node, context: Context, names: _ValueNames) -> list[Node] | Value:
+    """Apply the rules to `node` until one forwards a value or none fires: the value,
+    or the nodes now computing the node's output, that node last."""
+    added: list[Node] = []
     rules = _RULES_BY_OP.get(node.op, ())
     fired = True
     while fired:
@@ -199,16 +252,29 @@ def _rewrite_node(node: Node, context: Context) -> Node | Value:
             if isinstance(result, Value):
                 return result
             if isinstance(result, Rewrite):
+                inputs = tuple(_materialize(x, node, names, added) for x in result.inputs)
                 node = make_node(
-                    result.op,
-                    result.inputs,
-                    result.attrs,
-                    name=node.name,
-                    output_names=[node.output.name],
+                    result.op, inputs, result.attrs, name=node.name, output_names=[node.output.name]
                 )
                 rules, fired = _RULES_BY_OP.get(node.op, ()), True
                 break
-    return node
+    return [*added, node]
+
+
+def _materialize(
+    operand: Value | Rewrite, node: Node, names: _ValueNames, added: list[Node]
+) -> Value:
+    """`operand` as a value: a nested `Rewrite` becomes a node appended to `added` (once
+    per distinct rewrite, so `square * square` squares once), named after `node`."""
+    if isinstance(operand, Value):
+        return operand
+    inputs = tuple(_materialize(inner, node, names, added) for inner in operand.inputs)
+    for existing in added:
+        if (existing.op, existing.inputs, existing.attrs) == (operand.op, inputs, operand.attrs):
+            return existing.output
+    name = names.fresh(node.output.name)
+    added.append(make_node(operand.op, inputs, operand.attrs, name=name, output_names=[name]))
+    return added[-1].output
 
 
 def _restore_output_names(rebuilt: Graph, original: Graph) -> Graph:

@@ -8,10 +8,11 @@ import itertools
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ember.graph import GraphBuilder, interpret, verify
+from ember.graph import GraphBuilder, format_graph, interpret, verify
 from ember.graph.ops.attrs import CastAttrs, ReshapeAttrs, TransposeAttrs
 from ember.graph.passes import simplify
 from ember.graph.passes.rewrite import make_node
@@ -125,6 +126,46 @@ def test_neutral_constants_are_dropped_unless_they_broadcast(check_pass) -> None
         }
         """,
     )
+
+
+# Random inputs include negative bases: NaN from both pow and sqrt.
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+def test_powers_of_constant_exponents_become_multiplies_and_roots(check_pass) -> None:
+    b = GraphBuilder()
+    x = b.input("x", (2, 3))
+    outputs = [
+        b.add("power", [x, b.param(f"e{i}", np.full(shape, e, "float32"))], name=f"p{i}")
+        for i, (e, shape) in enumerate(
+            [(1, ()), (2, ()), (3, (1,)), (4, (3,)), (0.5, ()), (-1, ()), (-2, ())]
+        )
+    ]
+    mixed = b.add("power", [x, b.param("e_mixed", np.float32([2, 3, 2]))], name="mixed")
+    general = b.add("power", [x, b.param("e_general", np.float32(1.5))], name="general")
+    wide = b.add("power", [x, b.param("e_wide", np.full((4, 2, 3), 2, "float32"))], name="wide")
+    graph, params = b.build([*outputs, mixed, general, wide])
+    # Positive bases: the rewritten square roots and powers match NumPy's on them.
+    positive = {"x": np.random.default_rng(0).uniform(0.5, 2, (2, 3)).astype("float32")}
+    new_graph, _ = check_pass(simplify, graph, params)
+    body = format_graph(new_graph).splitlines()
+    for line in [
+        "%p0 = identity(%x) : float32[2, 3]",
+        "%p1 = multiply(%x, %x) : float32[2, 3]",
+        "%p2.0 = multiply(%x, %x) : float32[2, 3]",
+        "%p2 = multiply(%p2.0, %x) : float32[2, 3]",
+        "%p3.0 = multiply(%x, %x) : float32[2, 3]",
+        "%p3 = multiply(%p3.0, %p3.0) : float32[2, 3]",
+        "%p4 = sqrt(%x) : float32[2, 3]",
+        "%p5 = reciprocal(%x) : float32[2, 3]",
+        "%p6.0 = multiply(%x, %x) : float32[2, 3]",
+        "%p6 = reciprocal(%p6.0) : float32[2, 3]",
+        "%mixed = power(%x, %e_mixed) : float32[2, 3]",  # not one exponent
+        "%general = power(%x, %e_general) : float32[2, 3]",  # no cheaper form
+        "%wide = power(%x, %e_wide) : float32[4, 2, 3]",  # the exponent broadcasts x
+    ]:
+        assert f"  {line}" in body, line
+    got, want = interpret(new_graph, params, positive), interpret(graph, params, positive)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=3e-7, err_msg=name)
 
 
 def test_casts_and_reshapes_that_change_the_type_stay(check_pass) -> None:
