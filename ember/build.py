@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -216,12 +216,22 @@ def plan_build(parts: Partition, target: Target, backend: Backend) -> BuildPlan:
     fused = parts.fused
     graph = fused.graph
     locations = _boundary_locations(graph)
-    memory = plan_memory(_intermediate_lifetimes(fused, locations))
+    # An in-place concatenation's inputs live in its output (their kernels write views).
+    concatenated = {
+        name: group.outputs[0].name
+        for group in fused.groups
+        for name in parts.in_place.get(group.name, {})
+    }
+    memory = plan_memory(_intermediate_lifetimes(fused, locations, concatenated, parts.in_place))
     for allocation in memory.allocations:
         locations[allocation.tensor.name] = BufferRef(Region.ARENA, allocation.offset)
+    for name, concatenation in concatenated.items():
+        locations[name] = locations[concatenation]
     steps: list[Step] = []
     records: list[GroupRecord] = []
     for group in fused.groups:
+        if group.name in parts.in_place:
+            continue  # its producers wrote it
         kernel = parts.kernel_of(group)
         if kernel is None:
             step = _helper_step(group, locations)
@@ -256,21 +266,32 @@ def _boundary_locations(graph: Graph) -> dict[str, BufferRef]:
 
 
 def _intermediate_lifetimes(
-    fused: FusedGraph, boundary: Mapping[str, BufferRef]
+    fused: FusedGraph,
+    boundary: Mapping[str, BufferRef],
+    concatenated: Mapping[str, str],
+    in_place: Container[str],
 ) -> list[TensorLifetime]:
     """Each tensor groups pass between them (and the unused outputs a helper writes
-    anyway), from the step that writes it to the last step that reads it."""
+    anyway), from the step that writes it to the last step that reads it. A value in
+    `concatenated` is written into the concatenation it names (whose life starts at
+    the first such write); the groups `in_place` run no step."""
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     sizes: dict[str, int] = {}
+    values = {value.name: value for group in fused.groups for value in group.outputs}
     for step, group in enumerate(fused.groups):
+        if group.name in in_place:
+            continue
         for value in group.inputs:
             if value.name in first:
                 last[value.name] = step
         written = group.nodes[0].outputs if runs_in_helper(group) else group.outputs
         for value in written:
+            if value.name in concatenated:
+                value = values[concatenated[value.name]]
             if value.name not in boundary:
-                first[value.name] = last[value.name] = step
+                first.setdefault(value.name, step)
+                last[value.name] = step
                 sizes[value.name] = value.type.nbytes
     return [TensorLifetime(name, sizes[name], first[name], last[name]) for name in first]
 
@@ -375,7 +396,14 @@ def _schedule(
 def _compile_kernel(
     kernel: KernelSpec, state: State, tuned: bool, target: Target
 ) -> tuple[KernelSource, Path]:
-    compiled = compile_kernel(state, target, kernel.name, output=Output.OBJECT, flags=_OBJECT_FLAGS)
+    compiled = compile_kernel(
+        state,
+        target,
+        kernel.name,
+        output=Output.OBJECT,
+        flags=_OBJECT_FLAGS,
+        views=dict(kernel.views),
+    )
     generated = compiled.kernel
     return KernelSource(kernel.name, generated.source, generated.lowered, tuned), compiled.path
 

@@ -4,8 +4,9 @@
     part = partition(graph, params, target)
     part.graph, part.params     # after the graph passes (`optimize`)
     part.fused.groups           # the fused groups, in the order they run
-    part.kernels                # the distinct kernels, one per workload key, first use first
+    part.kernels                # the distinct kernels (workload key and output views)
     part.kernel_of(group)       # a group's kernel; None for a group a C helper runs
+    part.in_place               # concat groups no step runs: their inputs' slices
 
 Steps, in order:
 
@@ -18,6 +19,11 @@ Steps, in order:
 2. `fuse` into groups.
 3. each group that a kernel can express becomes a ComputeDAG (`group_to_dag`); groups
    with the same workload key share one kernel, whose `count` says how many run it.
+4. concatenations in place: a group that is one `concat`, each of whose inputs is a
+   distinct value that only it reads, written by a kernel, runs no kernel of its own.
+   Each producer's kernel stores its output as a view (`OutputView`) of the
+   concatenated tensor, which the memory plan places once; so two kernels of one
+   workload key may differ in their views, and `kernels` lists each pair.
 """
 
 from __future__ import annotations
@@ -25,13 +31,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ember.config import debug_dump
 from ember.errors import BuildError
 from ember.graph.ir import Graph, NameSupply, Node, Params, TensorType, Value
+from ember.graph.ops.attrs import AxisAttrs
 from ember.graph.passes import (
     FusedGraph,
     FusedGroup,
@@ -44,6 +51,7 @@ from ember.graph.passes import (
 )
 from ember.graph.passes.pack_weights import pack_weights
 from ember.names import c_identifier
+from ember.schedule.lower import OutputView
 from ember.target import Target
 from ember.te.dag import ComputeDAG
 from ember.topi import NOT_EXPRESSIBLE, group_to_dag
@@ -63,6 +71,7 @@ class KernelSpec:
     dag: ComputeDAG
     inputs: tuple[Value, ...]
     count: int
+    views: tuple[tuple[int, OutputView], ...] = ()  # (position in dag.outputs, view)
 
     @property
     def weight_inputs(self) -> tuple[int, ...]:
@@ -80,9 +89,12 @@ class Partition:
     fused: FusedGraph
     kernels: tuple[KernelSpec, ...]
     _by_group: Mapping[str, KernelSpec]
+    # concat group name -> the view of each of its inputs (by value name) in its output
+    in_place: Mapping[str, Mapping[str, OutputView]] = field(default_factory=dict)
 
     def kernel_of(self, group: FusedGroup) -> KernelSpec | None:
-        """The kernel that runs `group`; None when a C helper runs it."""
+        """The kernel that runs `group`; None when a C helper runs it or it is an
+        in-place concatenation (`in_place`)."""
         return self._by_group.get(group.name)
 
 
@@ -91,23 +103,82 @@ def partition(graph: Graph, params: Mapping[str, np.ndarray] | None, target: Tar
     optimized, arrays = optimize(graph, checked_params(graph, params), target)
     fused = fuse(optimized, arrays)
     debug_dump("fused graph", fused)
-    found: dict[str, tuple[FusedGroup, ComputeDAG, tuple[Value, ...]]] = {}
-    counts: dict[str, int] = {}
-    key_of: dict[str, str] = {}
+    dags = {group.name: group_to_dag(group) for group in fused.groups if not runs_in_helper(group)}
+    in_place = _in_place_concats(fused, dags)
+    view_of = {name: view for views in in_place.values() for name, view in views.items()}
+    found: dict[tuple[str, tuple[tuple[int, OutputView], ...]], KernelSpec] = {}
+    counts: dict[tuple[str, tuple[tuple[int, OutputView], ...]], int] = {}
+    identity_of: dict[str, tuple[str, tuple[tuple[int, OutputView], ...]]] = {}
     for group in fused.groups:
-        if runs_in_helper(group):
+        if group.name not in dags or group.name in in_place:
             continue
-        dag, inputs = group_to_dag(group)
-        key = dag.workload_key
-        found.setdefault(key, (group, dag, inputs))
-        counts[key] = counts.get(key, 0) + 1
-        key_of[group.name] = key
-    kernels = {
-        key: KernelSpec(kernel_name(group, key), key, group, dag, inputs, counts[key])
-        for key, (group, dag, inputs) in found.items()
-    }
-    by_group = {name: kernels[key] for name, key in key_of.items()}
-    return Partition(optimized, arrays, fused, tuple(kernels.values()), by_group)
+        dag, inputs = dags[group.name]
+        views = tuple(
+            (position, view_of[value.name])
+            for position, value in enumerate(group.outputs)
+            if value.name in view_of
+        )
+        identity = (dag.workload_key, views)
+        if identity not in found:
+            name = kernel_name(group, dag.workload_key + "".join(f"|{p}:{v}" for p, v in views))
+            found[identity] = KernelSpec(name, dag.workload_key, group, dag, inputs, 0, views)
+        counts[identity] = counts.get(identity, 0) + 1
+        identity_of[group.name] = identity
+    kernels = {key: replace(spec, count=counts[key]) for key, spec in found.items()}
+    by_group = {name: kernels[identity] for name, identity in identity_of.items()}
+    return Partition(optimized, arrays, fused, tuple(kernels.values()), by_group, in_place)
+
+
+def _in_place_concats(
+    fused: FusedGraph, dags: Mapping[str, tuple[ComputeDAG, tuple[Value, ...]]]
+) -> dict[str, dict[str, OutputView]]:
+    """The concat groups that can run in place (see the module docstring), each with
+    the view of every input in the concatenated output. An input's producer must be
+    a kernel (not a C helper, not another in-place concat) whose DAG computes it in a
+    tensor of its own, and the input must have no other reader, graph outputs
+    included: the value exists only as its slice of the concatenation."""
+    producer = {value.name: group for group in fused.groups for value in group.outputs}
+    readers: dict[str, int] = {value.name: 1 for value in fused.graph.outputs}
+    for group in fused.groups:
+        for value in group.inputs:
+            readers[value.name] = readers.get(value.name, 0) + 1
+    in_place: dict[str, dict[str, OutputView]] = {}
+    for group in fused.groups:
+        (node, *others) = group.nodes
+        if others or node.op != "concat" or group.name not in dags:
+            continue
+        names = [value.name for value in node.inputs]
+        if len(set(names)) != len(names) or not all(
+            readers[name] == 1
+            and name in producer
+            and producer[name].name in dags
+            and producer[name].name not in in_place
+            and _computes_own_tensor(producer[name], name, dags)
+            for name in names
+        ):
+            continue
+        assert isinstance(node.attrs, AxisAttrs)
+        output_shape = node.output.shape
+        axis = node.attrs.axis % len(output_shape)
+        views, offset = {}, 0
+        for value in node.inputs:
+            origin = tuple(offset if dim == axis else 0 for dim in range(len(output_shape)))
+            views[value.name] = OutputView(output_shape, origin)
+            offset += value.shape[axis]
+        in_place[group.name] = views
+    return in_place
+
+
+def _computes_own_tensor(
+    group: FusedGroup, name: str, dags: Mapping[str, tuple[ComputeDAG, tuple[Value, ...]]]
+) -> bool:
+    """Whether the DAG of `group` computes its output `name` in a tensor of its own
+    (not one of its inputs, not another of its outputs)."""
+    dag, _ = dags[group.name]
+    position = [value.name for value in group.outputs].index(name)
+    tensor = dag.outputs[position]
+    taken = [t for t in (*dag.inputs, *dag.outputs) if t is tensor]
+    return len(taken) == 1
 
 
 def runs_in_helper(group: FusedGroup) -> bool:

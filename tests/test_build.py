@@ -16,13 +16,18 @@ from library_abi import run_library
 
 import ember
 import ember.toolchain
+from ember.backend import backend_for
+from ember.build import plan_build
 from ember.device import device_model
 from ember.errors import BuildError, ToolchainError
 from ember.graph import GraphBuilder
 from ember.graph.interpret import interpret
 from ember.graph.ir import Graph, Params
-from ember.graph.ops.attrs import TopKAttrs
+from ember.graph.ops.attrs import AxisAttrs, TopKAttrs
+from ember.partition import Partition, partition
+from ember.runtime.aot import KernelStep
 from ember.testing import get_workload
+from ember.testing.workloads.layers import LAYOUTS, NetBuilder
 
 RTOL = 1e-4
 ATOL = 1e-5
@@ -345,3 +350,71 @@ def test_the_library_keeps_the_sources_it_compiled() -> None:
         assert kernel.loop_ir.startswith(f"func {kernel.name}(")
     files = sources.files()
     assert set(files) == {"entry.c"} | {f"{k}.{ext}" for k in kernels for ext in ("c", "loop")}
+
+
+# -- concatenations in place -------------------------------------------------------
+
+
+def branches_concatenated(
+    *, axis: int = 3, extra_reader: bool = False, with_input: bool = False, as_output: bool = False
+) -> tuple[Graph, Params]:
+    """An Inception-style block in NHWC: a 1x1 conv, a 3x3 conv and a max pool of one
+    input, concatenated along `axis`, then a 1x1 conv (unless the concatenation is the
+    output). `extra_reader`: the 1x1 branch is an output too; `with_input`: the block's
+    input is concatenated as well."""
+    net = NetBuilder("block", LAYOUTS["NHWC"], "float32")
+    x = net.graph.input("data", (1, 9, 9, 8))
+    a = net.relu(net.conv(x, 8, 1, name="a"), name="a_relu")
+    b = net.relu(net.conv(x, 8, 3, padding=1, name="b", bias=True), name="b_relu")
+    pool = net.max_pool(x, 3, 1, padding=1, name="pool")
+    parts = [a, b, pool, *([x] if with_input else [])]
+    y = net.graph.add("concat", parts, AxisAttrs(axis), name="y")
+    outputs = [y if as_output else net.conv(y, 8, 1, name="head"), *([a] if extra_reader else [])]
+    return net.graph.build(outputs)
+
+
+def concatenation_steps(graph: Graph, params: Params) -> tuple[list[KernelStep], Partition]:
+    target = ember.Target("llvm")
+    parts = partition(graph, params, target)
+    plan = plan_build(parts, target, backend_for(target))
+    return [step for step in plan.program.steps if isinstance(step, KernelStep)], parts
+
+
+@pytest.mark.parametrize("axis", [3, 1], ids=["channels", "rows"])
+@pytest.mark.parametrize("as_output", [False, True], ids=["inside", "output"])
+def test_branches_write_their_slices_of_the_concatenation(axis: int, as_output: bool) -> None:
+    graph, params = branches_concatenated(axis=axis, as_output=as_output)
+    steps, parts = concatenation_steps(graph, params)
+    # No step copies: the three branch kernels write into one buffer, the concatenation.
+    ((concat, views),) = parts.in_place.items()
+    assert {step.name for step in steps} == {g.name for g in parts.fused.groups} - {concat}
+    producers = [g.name for g in parts.fused.groups if {v.name for v in g.outputs} & set(views)]
+    written = {step.args[-1] for step in steps if step.name in producers}
+    assert len(producers) == 3 and len(written) == 1, written
+    if not as_output:
+        (head,) = [step for step in steps if step.name not in producers]
+        assert head.args[0] in written
+    x = np.random.default_rng(0).standard_normal((1, 9, 9, 8)).astype("float32")
+    module = ember.build(graph, "llvm", params=params).load()
+    module.set_input("data", x)
+    module.run()
+    expected = interpret(graph, params, {"data": x})[graph.outputs[0].name]
+    np.testing.assert_allclose(module.get_output(0), expected, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"extra_reader": True}, {"with_input": True}], ids=["read-twice", "graph-input"]
+)
+def test_a_concatenation_copies_when_a_part_is_needed_on_its_own(kwargs: dict[str, bool]) -> None:
+    graph, params = branches_concatenated(**kwargs)
+    steps, parts = concatenation_steps(graph, params)
+    assert not parts.in_place and any(step.symbol.startswith("concat") for step in steps)
+    x = np.random.default_rng(0).standard_normal((1, 9, 9, 8)).astype("float32")
+    module = ember.build(graph, "llvm", params=params).load()
+    module.set_input("data", x)
+    module.run()
+    expected = interpret(graph, params, {"data": x})
+    for index, value in enumerate(graph.outputs):
+        np.testing.assert_allclose(
+            module.get_output(index), expected[value.name], rtol=RTOL, atol=ATOL
+        )

@@ -85,9 +85,14 @@ def extract_tasks(
     hardware = hardware_params or HardwareParams.for_target(target)
     tasks: list[SearchTask] = []
     weights: list[int] = []
+    index_of: dict[str, int] = {}  # one task per workload key (kernels may differ in views)
     for kernel in partition(graph, params, target).kernels:  # the build's own split
         if not include_simple_tasks and is_simple(kernel.dag):
             continue
+        if kernel.workload_key in index_of:
+            weights[index_of[kernel.workload_key]] += kernel.count
+            continue
+        index_of[kernel.workload_key] = len(tasks)
         tasks.append(
             SearchTask.create(
                 kernel.dag,

@@ -22,7 +22,7 @@ A new backend subclasses `ember.backend.base.Backend` and calls `register_backen
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ember.backend.base import Backend, CompiledKernel, GeneratedKernel, LoopPass, Output
@@ -31,7 +31,7 @@ from ember.backend.kernel import Kernel
 from ember.config import debug_dump
 from ember.errors import TargetError, ToolchainError
 from ember.loop.ir import PrimFunc
-from ember.schedule.lower import lower
+from ember.schedule.lower import OutputView, lower
 from ember.schedule.state import State
 from ember.target import Target, host_triple
 
@@ -121,13 +121,16 @@ def compile_kernel(
     output: Output = Output.SHARED,
     path: Path | None = None,
     flags: Sequence[str] = (),
+    views: Mapping[int, OutputView] | None = None,
 ) -> CompiledKernel:
-    """The kernel `name` scheduled by `state`, compiled for `target`: lowered, the
-    backend's passes, rendered, compiled (a shared library in the content-hash cache;
+    """The kernel `name` scheduled by `state`, compiled for `target`: lowered (with
+    `views` of its outputs, see `ember.schedule.lower.lower`), the backend's passes,
+    rendered, compiled (a shared library in the content-hash cache;
     `output=Output.OBJECT` an object file to link; `path=` a library written there,
     uncached). Lowering errors propagate as raised; a compiler that rejects the
     source raises `ember.errors.CompileError`."""
-    return compile_func(lower(state, name), target, output=output, path=path, flags=flags)
+    func = lower(state, name, views)
+    return compile_func(func, target, output=output, path=path, flags=flags)
 
 
 def build_kernel(func: PrimFunc, target: Target | str = "llvm") -> Kernel:

@@ -73,13 +73,30 @@ from ember.te.tensor import Tensor
 from ember.te.visit import free_vars, map_expr, substitute, walk
 
 
-def lower(state: State, name: str = "kernel") -> PrimFunc:
+@dataclass(frozen=True, slots=True)
+class OutputView:
+    """A DAG output stored as the block at `origin` of a larger tensor of `shape`, which
+    the kernel receives in the output's place: how the producers of an in-place
+    concatenation each write their slice of the concatenated tensor."""
+
+    shape: tuple[int, ...]
+    origin: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{list(self.shape)}@{list(self.origin)}"
+
+
+def lower(
+    state: State, name: str = "kernel", views: Mapping[int, OutputView] | None = None
+) -> PrimFunc:
     """The loop program computing `state`'s DAG under its schedule.
 
     Arguments are one global buffer per DAG input (in `dag.inputs` order), then one per
     DAG output; buffer and loop-variable names are unique C identifiers derived from
-    stage and iterator names (`placeholder`, `placeholder_1`, `conv2d_nhwc_local`)."""
-    return _Lowering(state).function(name)
+    stage and iterator names (`placeholder`, `placeholder_1`, `conv2d_nhwc_local`).
+    `views` (position in `dag.outputs` -> view) makes those outputs' arguments the
+    larger tensors they are stored in. Schedules are unaffected: only addresses change."""
+    return _Lowering(state).function(name, views or {})
 
 
 def infer_bound(state: State) -> State:
@@ -87,7 +104,7 @@ def infer_bound(state: State) -> State:
     stage run over the region its consumer needs, not the whole tensor (what cost
     features and printouts should see). Steps and relations are unchanged."""
     lowering = _Lowering(state)
-    lowering.function("kernel")
+    lowering.function("kernel", {})
     stages = list(state.stages)
     for index, extents in lowering.loop_extents.items():
         stage = stages[index]
@@ -163,16 +180,26 @@ def _names() -> NameSupply:
 @dataclass(frozen=True, slots=True)
 class _Placed:
     """Where a tensor's values live: a buffer whose element 0 is the tensor element at
-    `starts` (None: the buffer is the whole tensor)."""
+    `starts` (None: the buffer is the whole tensor), or whose element `origin` is the
+    tensor's element 0 (an `OutputView`)."""
 
     buffer: Buffer
     starts: tuple[LinearForm, ...] | None = None
+    origin: tuple[int, ...] | None = None
 
     def index(self, indices: Sequence[Expr], ranges: Mapping[Var, Interval]) -> tuple[Expr, ...]:
         if self.starts is not None:
             pairs = zip(indices, self.starts, strict=True)
             indices = [from_linear(to_linear(i) - start) for i, start in pairs]
-        return tuple(simplify_expr(i, ranges) for i in indices)
+        return tuple(simplify_expr(i, ranges) for i in self.in_view(indices))
+
+    def in_view(self, indices: Sequence[Expr]) -> tuple[Expr, ...]:
+        """Indices of the placed values (the tensor's, or its region's) in the buffer."""
+        if self.origin is None:
+            return tuple(indices)
+        pairs = zip(indices, self.origin, strict=True)
+        return tuple(i if not o else from_linear(to_linear(i) + LinearForm.of_constant(o))
+                     for i, o in pairs)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,15 +251,24 @@ class _Lowering:
                 key = (stage.attach_stage, stage.attach_iter)
                 self.attached.setdefault(key, []).append(index)
 
-    def function(self, name: str) -> PrimFunc:
+    def function(self, name: str, views: Mapping[int, OutputView]) -> PrimFunc:
         dag, stages = self.state.dag, self.state.stages
         self.names.take(name)  # a buffer named like the kernel would shadow it in C
         env: dict[int, _Placed] = {}
         args: list[Buffer] = []
-        for tensor in (*dag.inputs, *dag.outputs):
+        for tensor in dag.inputs:
             if id(tensor) not in env:
                 env[id(tensor)] = _Placed(self._global_buffer(tensor))
                 args.append(env[id(tensor)].buffer)
+        for position, tensor in enumerate(dag.outputs):
+            if id(tensor) not in env:
+                view = views.get(position)
+                env[id(tensor)] = (
+                    self._viewed(tensor, view) if view else _Placed(self._global_buffer(tensor))
+                )
+                args.append(env[id(tensor)].buffer)
+            elif position in views:
+                raise ScheduleError(f"output {position} of the DAG is also an input or output")
         roots = [i for i, s in enumerate(stages) if _has_loops(s, Location.ROOT)]
         intermediates = []
         for index in roots:
@@ -248,6 +284,14 @@ class _Lowering:
 
     def _global_buffer(self, tensor: Tensor) -> Buffer:
         return Buffer(self.names.fresh(tensor.name), tensor.shape, tensor.dtype)
+
+    def _viewed(self, tensor: Tensor, view: OutputView) -> _Placed:
+        """`tensor` stored in the larger buffer of `view`: index i is i + origin."""
+        pairs = list(zip(tensor.shape, view.origin, view.shape, strict=True))
+        if any(origin < 0 or origin + extent > size for extent, origin, size in pairs):
+            raise ScheduleError(f"output {tensor.name} {list(tensor.shape)} is not in {view}")
+        buffer = Buffer(self.names.fresh(tensor.name), view.shape, tensor.dtype)
+        return _Placed(buffer, origin=view.origin)
 
     # -- expressions ---------------------------------------------------------------
 
@@ -306,17 +350,18 @@ class _Lowering:
                 allocations.setdefault(depth + 1, []).append(placed.buffer)
         placed = inner_env[id(stage.tensor)]
         result = self._to_loads(value, inner_env)
+        store_index = placed.in_view(nest.store_index)
         if isinstance(body, Reduce):
-            accumulator = Load(placed.buffer, nest.store_index)
+            accumulator = Load(placed.buffer, store_index)
             result = _combine(body.combiner, accumulator, result)
             level = next(
                 k for k, loop in enumerate(nest.loops) if loop.kind is not IteratorKind.SPATIAL
             )
             init = self._initialise(
-                nest, level, placed.buffer, reduction_identity(body.combiner, body.dtype)
+                nest, level, placed, reduction_identity(body.combiner, body.dtype)
             )
             before.setdefault(level, []).append(init)
-        leaf = Store(placed.buffer, nest.store_index, result)
+        leaf = Store(placed.buffer, store_index, result)
         return _assemble(nest.loops, leaf, nest.guards, before, allocations)
 
     def _emit_attached(
@@ -412,7 +457,7 @@ class _Lowering:
             guards.append(_Guard(value < Const(size, INDEX_DTYPE), spatial))
         return guards
 
-    def _initialise(self, nest: _Nest, level: int, buffer: Buffer, identity: Const) -> Stmt:
+    def _initialise(self, nest: _Nest, level: int, placed: _Placed, identity: Const) -> Stmt:
         """Store `identity` to every accumulator element that the loops from `level`
         inward update: their spatial and mixed loops, with reduce loops at 0."""
         mapping: dict[Var, Expr] = {}
@@ -432,8 +477,11 @@ class _Lowering:
             for guard in nest.guards
             if guard.spatial and _guard_level(guard.condition, nest.loops) > level
         ]
-        index = tuple(simplify_expr(substitute(i, mapping), self.ranges) for i in nest.store_index)
-        return _assemble(tuple(loops), Store(buffer, index, identity), tuple(guards), {}, {})
+        index = tuple(
+            simplify_expr(substitute(i, mapping), self.ranges)
+            for i in placed.in_view(nest.store_index)
+        )
+        return _assemble(tuple(loops), Store(placed.buffer, index, identity), tuple(guards), {}, {})
 
 
 def _has_loops(stage: Stage, location: Location) -> bool:
