@@ -238,6 +238,8 @@ for layout in ("NHWC", "NCHW"):
         # a vector's input channel group is the same in every lane (a broadcast).
         conv_case(layout, 1, (6, 14), 64, 64, (3, 3), pads=(1, 1, 1, 1), groups=2),
         conv_case(layout, 1, (7, 8), 32, 64, (1, 1), groups=16),
+        # 100 channels: padded to whole vectors of 8 or 16 and sliced back (NHWC).
+        conv_case(layout, 1, (7, 9), 16, 100, (3, 3), pads=(1, 1, 1, 1)),
     ]
     pool = PoolAttrs((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, False, layout)
     pool_ceil = PoolAttrs((2, 2), (2, 2), (0, 0, 0, 0), (1, 1), True, True, layout)

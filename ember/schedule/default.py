@@ -449,7 +449,7 @@ def _schedule_anchor(state: State, anchor: Tensor, output: Tensor, target: Targe
     local = index  # the cache stage takes the anchor's index; the copy moves up one
     if anchor is not output:
         state = ComputeInlineStep(index + 1).apply(state)
-    tile = _choose_tile(state, local, output.shape, target)
+    tile = _choose_tile(state, local, anchor.shape, target)
     work = _work(state.stages[local])
     out = _index_of(state, output)
     channels_outer = device_model(target).num_cores > 1 and _weights_outweigh_input(state, local)

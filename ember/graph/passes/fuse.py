@@ -35,8 +35,10 @@ region's last node becomes the group's tail, and the chain goes on from there.
 One prologue: a constant-mode `pad` whose only reader is a conv or pool (as its data)
 joins that anchor's group (a conv's ComputeDAG pads its input anyway). Other
 producers of an anchor (a transpose before a dense, say) stay in their own groups, and
-nothing injective follows an anchor, so each anchor group is one anchor computation
-with a pointwise epilogue.
+nothing injective follows an anchor but one: the `slice` cutting off the output
+channels `pack_weights` padded to whole vectors (a crop of the last axis, right after
+a `conv_pack` or `dense_pack`). So each anchor group is one anchor computation with a
+pointwise epilogue.
 
 Pre: `graph` verifies. Post: every node is in exactly one group; each group has at most
 one anchor; `groups` is in a valid execution order; running the groups' subgraphs in
@@ -56,7 +58,7 @@ from ember.errors import GraphError
 from ember.graph.interpret import interpret
 from ember.graph.ir import Graph, Node, Params, Value
 from ember.graph.ops import OpPattern, get_op
-from ember.graph.ops.attrs import PadAttrs
+from ember.graph.ops.attrs import PadAttrs, SliceAttrs
 from ember.graph.printer import format_node
 from ember.graph.verify import verify
 
@@ -346,10 +348,12 @@ class _Partition:
 
     def _may_join(self, group: int, node: Node, link: Value, pattern: OpPattern) -> bool:
         kind = self.kinds[group]
-        if kind == GroupKind.OPAQUE or (kind == GroupKind.ANCHOR and pattern > OpPattern.BROADCAST):
-            return False
         tail = self.graph.nodes[self.tails[group]]
         if link not in tail.outputs or not self.only_reader(link, node):
+            return False
+        if kind == GroupKind.ANCHOR and tail.op in _PADDED_ANCHORS and _is_crop(node):
+            return not self._would_cycle(group, node)  # cuts the padding off, see below
+        if kind == GroupKind.OPAQUE or (kind == GroupKind.ANCHOR and pattern > OpPattern.BROADCAST):
             return False
         if kind == GroupKind.ANCHOR and any(out.shape != link.shape for out in node.outputs):
             return False
@@ -489,3 +493,23 @@ def check_fused(fused: FusedGraph) -> None:
     unproduced = [value.name for value in graph.outputs if value.name not in available]
     if unproduced:
         raise GraphError(f"graph outputs {unproduced} are produced by no group")
+
+
+# Products whose weights `pack_weights` pads to whole vectors, with a `slice` after them
+# cutting the padding off: the slice joins the anchor's group as its first epilogue
+# node (the kernel keeps the padded columns in registers and stores only the others).
+_PADDED_ANCHORS = frozenset({"conv_pack", "dense_pack"})
+
+
+def _is_crop(node: Node) -> bool:
+    """Whether `node` is a `slice` keeping the start of its input's last axis, whole
+    along the others: it reads each element at its own indices."""
+    attrs = node.attrs
+    if node.op != "slice" or not isinstance(attrs, SliceAttrs):
+        return False
+    shape, kept = node.inputs[0].shape, node.outputs[0].shape
+    return (
+        all(begin == 0 for begin in attrs.begins)
+        and all(step == 1 for step in attrs.steps)
+        and tuple(kept[:-1]) == tuple(shape[:-1])
+    )

@@ -10,6 +10,7 @@ from ember.graph import Graph, GraphBuilder, Params
 from ember.graph.interpret import interpret
 from ember.graph.ops.attrs import ConvAttrs
 from ember.graph.ops.packed import unpack_conv_weight, unpack_dense_weight
+from ember.graph.passes import fuse
 from ember.graph.passes.pack_weights import block_size, conv_block, pack_weights, packed_layouts
 from ember.target import Target
 
@@ -170,5 +171,29 @@ def test_channels_last_convs_are_packed(check_pass) -> None:
 
 
 def test_conv_blocks_are_whole_vectors_or_narrower() -> None:
-    assert [conv_block(n, 16) for n in (64, 24, 20, 6)] == [16, 8, 4, None]
+    assert [conv_block(n, 16) for n in (64, 24, 20, 6, 1000)] == [16, 8, 4, None, 8]
     assert [conv_block(n, 8) for n in (64, 12)] == [8, 4]
+    # Over 4 pixels or more, padding by at most 1/8 of the channels gives whole vectors.
+    assert [conv_block(n, 16, pixels=169) for n in (1000, 72, 40, 24, 6)] == [16, 16, 8, 8, None]
+    assert conv_block(1000, 16, pixels=2) == 8
+
+
+def test_conv_outputs_padded_to_whole_vectors_are_sliced_back(check_pass) -> None:
+    b = GraphBuilder("classifier")
+    x = b.input("x", (1, 5, 5, 8))
+    weight = np.random.default_rng(4).standard_normal((1, 1, 8, 72)).astype("float32")
+    attrs = ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "NHWC", "HWIO")
+    y = b.add("conv", [x, b.param("w", weight)], attrs, name="classes")
+    graph, params = b.build([b.add("relu", [y], name="y")])
+    packed, packed_params = check_pass(pack_weights, graph, params, AVX512)
+    assert [(n.op, n.output.shape) for n in packed.nodes] == [
+        ("conv_pack", (1, 5, 5, 80)),
+        ("slice", (1, 5, 5, 72)),
+        ("relu", (1, 5, 5, 72)),
+    ]
+    array = packed_params["w_OHWI16o"]
+    assert array.shape == (5, 1, 1, 8, 16) and not array[4, ..., 8:].any()
+    np.testing.assert_array_equal(unpack_conv_weight(array)[..., :72], weight)
+    # The slice cuts the padding off inside the conv's fused group.
+    groups = fuse(packed, packed_params).groups
+    assert [[n.op for n in g.nodes] for g in groups] == [["conv_pack", "slice", "relu"]]
