@@ -420,22 +420,48 @@ def _register_tile(
         fitting = [(r, v) for r, v in tiles if r * v + v + 1 < registers]
         best = max([best, *fitting], key=lambda t: (t[0] * t[1], t[0]))
     if best[0] * best[1] < MIN_ACCUMULATORS:
-        # Rows no divisor serves (Inception's 17 and 71 pixels, ResNet-50's last 7:
-        # 1 x 4 and 7 x 1 tiles): rows with a tail, whose guards cost a compare per
-        # row and step, beat too few FMA chains. 4 x 2 on AVX2: 17x17 1x1 768 -> 192
-        # 46 -> 64 GFLOP/s, 7x7 3x3 512 -> 512 56 -> 67, 71x71 3x3 80 -> 192 57 -> 75
-        # (6 x 2 ran 69, 49 and 58). Vectors still divide (a tail inside the unrolled
-        # vectors would be a guard per FMA), and a single-vector tile gains too few
-        # loads to pay for the guards (MobileNetV3-small's 14 pixels keep 7 x 1).
-        tailed = [
-            (rows, vectors)
-            for rows in range(2, min(max_rows, row_extent - 1) + 1)
-            for vectors in _divisors(vector_extent, MAX_TILE_VECTORS)
-            if vectors > 1 and rows * vectors == MIN_ACCUMULATORS
-        ]
-        if tailed:
-            best = max(tailed, key=lambda t: (-(t[0] + t[1]) / (t[0] * t[1]), t[0]))
+        # Rows no divisor serves (Inception's 17, 71 and 73 pixels, ResNet-50's last 7:
+        # 1 x 4, 7 x 1 and 1 x 1 tiles): rows with a tail, whose guards cost a compare
+        # per row and step, beat too few FMA chains. Vectors still divide (a tail inside
+        # the unrolled vectors would be a guard per FMA).
+        best = _tailed_tile(best, row_extent, max_rows, vector_extent, registers,
+                            broadcast_operands)  # fmt: skip
     return best
+
+
+def _tailed_tile(
+    best: tuple[int, int], row_extent: int, max_rows: int, vector_extent: int, registers: int,
+    broadcast_operands: bool,
+) -> tuple[int, int]:  # fmt: skip
+    """A register tile whose rows need not divide `row_extent`, for `_register_tile`
+    when no divisor gives MIN_ACCUMULATORS; `best` if none is better.
+
+    With broadcast operands (AVX-512, 32 registers): the most accumulators that fit,
+    discounted by the rows the tail wastes. Inception's 17x17 1x1 768 -> 192: 9 x 3,
+    430 GFLOP/s (two threads), where 4 x 2 ran 207; 73x73 1x1 64 -> 80, 5 vectors:
+    13 x 1, 360 GFLOP/s, where 1 x 1 ran 77.
+    Without (AVX2, 16 registers): MIN_ACCUMULATORS in the fewest loads, never a
+    single vector (it gains too few loads to pay for the guards: MobileNetV3-small's
+    14 pixels keep 7 x 1). 4 x 2: 17x17 1x1 768 -> 192 46 -> 64 GFLOP/s, 7x7 3x3
+    512 -> 512 56 -> 67, 71x71 3x3 80 -> 192 57 -> 75 (6 x 2 ran 69, 49 and 58)."""
+    shapes = [
+        (rows, vectors)
+        for rows in range(2, min(max_rows, row_extent - 1) + 1)
+        for vectors in _divisors(vector_extent, MAX_TILE_VECTORS)
+    ]
+    if broadcast_operands:
+
+        def useful(tile: tuple[int, int]) -> float:
+            rows, vectors = tile
+            covered = -(-row_extent // rows) * rows
+            return rows * vectors * row_extent / covered
+
+        fitting = [(r, v) for r, v in shapes if r * v + v + 1 <= registers]
+        return max([best, *fitting], key=useful)  # the first of equals: `best`, fewer rows
+    tailed = [(r, v) for r, v in shapes if v > 1 and r * v == MIN_ACCUMULATORS]
+    if not tailed:
+        return best
+    return max(tailed, key=lambda t: (-(t[0] + t[1]) / (t[0] * t[1]), t[0]))
 
 
 def _divisors(extent: int, limit: int) -> list[int]:

@@ -333,3 +333,27 @@ def test_rows_no_divisor_serves_get_a_tail() -> None:
     output = np.full(expected.shape, np.nan, "float32")
     build_kernel(lower(state), "llvm")(*inputs, output)
     np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_avx512_tails_take_the_most_accumulators_that_fit() -> None:
+    """With 32 registers and broadcast operands, a tile with a row tail is chosen by its
+    accumulators that fit (with its weight vectors and the broadcast), discounted by
+    the rows the tail wastes: 9 x 3 over 17 pixels of 12 vectors (27 accumulators, 18
+    rows for 17), 13 x 1 over 73 pixels of 5 vectors (no vector divisor), and 7 x 2
+    kept over 7 pixels of 2 vectors."""
+    from ember.schedule.default import _register_tile
+
+    assert _register_tile(17, 14, 12, 32) == (9, 3)
+    assert _register_tile(73, 14, 5, 32) == (13, 1)
+    assert _register_tile(7, 14, 2, 32) == (7, 2)
+    dag = conv_dag((1, 17, 17, 16), 48)
+    state = default_schedule(dag, AVX512)
+    tile = [(it.extent, it.annotation) for it in state.stage("T_relu").iters[1:]]
+    assert tile == [(9, Annotation.UNROLL), (3, Annotation.UNROLL), (16, Annotation.VECTORIZE)]
+    inputs = [
+        np.random.default_rng(1).standard_normal(t.shape).astype("float32") for t in dag.inputs
+    ]
+    (expected,) = evaluate_dag(dag, inputs)
+    output = np.full(expected.shape, np.nan, "float32")
+    build_kernel(lower(state), "llvm -mcpu=x86-64-v2")(*inputs, output)
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-4)
