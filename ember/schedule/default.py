@@ -85,7 +85,7 @@ from ember.schedule.steps import (
 from ember.target import Target
 from ember.te.dag import ComputeDAG
 from ember.te.expr import Binary, BinaryOp, Call, Const, Expr, Reduce, Select, TensorRead, Var
-from ember.te.tensor import Tensor
+from ember.te.tensor import ComputeOp, Tensor
 from ember.te.visit import free_vars, map_expr, walk
 
 # A loop nest with fewer element operations than this runs on one thread: forking
@@ -341,8 +341,21 @@ def _choose_tile(state: State, anchor: int, shape: Sequence[int], target: Target
         device.vector_registers,
         scalar_registers=device.fma_register_operands,
         broadcast_operands=device.broadcast_operands,
+        max_vectors=_vectors_in_l2(op, lanes, device.l2_cache_bytes),
     )
     return _Tile(rows_axis, rows, vectors, lanes)
+
+
+def _vectors_in_l2(op: ComputeOp, lanes: int, l2_bytes: int) -> int:
+    """The most vectors of a tile whose weight panel (the reduction's extent by the
+    tile's channels) fits in L2, where the tile's next rows find it again: ResNet's
+    7x7 3x3 convs over 512 channels read 295 KiB of weights per vector of 16, and 7 x 4
+    tiles (1.2 MiB a panel) ran 363 GFLOP/s against 413 for 7 x 2 (1 MiB L2, AVX-512)."""
+    reduction = math.prod(axis.extent for axis in op.reduce_axes)
+    panel = reduction * lanes * dtype_bytes(op.dtype)
+    if not l2_bytes or not panel:
+        return MAX_TILE_VECTORS
+    return max(1, min(MAX_TILE_VECTORS, l2_bytes // panel))
 
 
 def _rows_without_aliasing(reads: Sequence[TensorRead], row: Var) -> int:
@@ -370,17 +383,19 @@ def _rows_without_aliasing(reads: Sequence[TensorRead], row: Var) -> int:
 def _register_tile(
     row_extent: int, max_rows: int, vector_extent: int, registers: int,
     scalar_registers: bool = False, broadcast_operands: bool = True,
+    max_vectors: int = MAX_TILE_VECTORS,
 ) -> tuple[int, int]:  # fmt: skip
     """Rows x vectors of a register tile: divisors of the extents (no tails; rows with
-    a tail only where no divisor gives MIN_ACCUMULATORS), at most
-    `max_rows` rows and `registers - 4` accumulators, the most of them first; among as
-    many, one that also leaves a register per weight vector and one for the broadcast
-    input (no spill), then the most rows (the fewest weight vectors to load per
-    tile). Without `broadcast_operands` (AVX2), each row's input is a load of its own
-    too, and the loads, not the accumulators, bound the tile: it is chosen by the FMAs
-    per cycle it allows (two units, two loads a cycle, FMA_LATENCY), then as above:
-    4 x 2 rather than 8 x 1 (ResNet-50's 3x3 conv 56x56x64: 55 -> 67 GFLOP/s, two
-    threads), 5 x 2 rather than 11 x 1 (SqueezeNet's 55x55 3x3: 52 -> 62).
+    a tail only where no divisor gives MIN_ACCUMULATORS), at most `max_rows` rows,
+    `max_vectors` vectors (`_vectors_in_l2`) and `registers - 4` accumulators, the
+    most of them first; among as many, one that also leaves a register per weight
+    vector and one for the broadcast input (no spill), then the most rows (the fewest
+    weight vectors to load per tile). Without `broadcast_operands` (AVX2), each row's
+    input is a load of its own too, and the loads, not the accumulators, bound the
+    tile: it is chosen by the FMAs per cycle it allows (two units, two loads a cycle,
+    FMA_LATENCY), then as above: 4 x 2 rather than 8 x 1 (ResNet-50's 3x3 conv
+    56x56x64: 55 -> 67 GFLOP/s, two threads), 5 x 2 rather than 11 x 1 (SqueezeNet's
+    55x55 3x3: 52 -> 62).
 
     `scalar_registers` (AArch64): every FMA operand is a register (x86's take the
     broadcast input from memory), and GCC loads each row's input into a register of
@@ -390,7 +405,7 @@ def _register_tile(
     tiles = [
         (rows, vectors)
         for rows in _divisors(row_extent, max_rows)
-        for vectors in _divisors(vector_extent, MAX_TILE_VECTORS)
+        for vectors in _divisors(vector_extent, max_vectors)
     ]
     candidates = [(rows, vectors) for rows, vectors in tiles if rows * vectors <= registers - 4]
     if scalar_registers:
@@ -425,13 +440,13 @@ def _register_tile(
         # per row and step, beat too few FMA chains. Vectors still divide (a tail inside
         # the unrolled vectors would be a guard per FMA).
         best = _tailed_tile(best, row_extent, max_rows, vector_extent, registers,
-                            broadcast_operands)  # fmt: skip
+                            broadcast_operands, max_vectors)  # fmt: skip
     return best
 
 
 def _tailed_tile(
     best: tuple[int, int], row_extent: int, max_rows: int, vector_extent: int, registers: int,
-    broadcast_operands: bool,
+    broadcast_operands: bool, max_vectors: int,
 ) -> tuple[int, int]:  # fmt: skip
     """A register tile whose rows need not divide `row_extent`, for `_register_tile`
     when no divisor gives MIN_ACCUMULATORS; `best` if none is better.
@@ -447,7 +462,7 @@ def _tailed_tile(
     shapes = [
         (rows, vectors)
         for rows in range(2, min(max_rows, row_extent - 1) + 1)
-        for vectors in _divisors(vector_extent, MAX_TILE_VECTORS)
+        for vectors in _divisors(vector_extent, max_vectors)
     ]
     if broadcast_operands:
 

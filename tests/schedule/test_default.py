@@ -181,6 +181,26 @@ def test_tile_rows_avoid_l1_set_aliasing() -> None:
     assert narrow["xx.1"] == (14, Annotation.UNROLL) and narrow["ff.1"] == (2, Annotation.UNROLL)
 
 
+def test_a_tiles_weight_panel_stays_in_l2() -> None:
+    """ResNet's 7x7 3x3 conv over 512 channels reduces over 4608 values: a vector of 16
+    channels reads 295 KiB of weights, so within Skylake-X's 1 MiB L2 the tile takes
+    2 vectors (7 x 2), not 4 (7 x 4, 1.2 MiB); a 1x1 conv over 512 keeps 7 x 4."""
+    rng = np.random.default_rng(0)
+
+    def conv(kernel: int) -> ComputeDAG:
+        b = GraphBuilder()
+        x = b.input("x", (1, 7, 7, 512))
+        w = b.param("w", rng.standard_normal((kernel, kernel, 512, 512)).astype("float32"))
+        pad = kernel // 2
+        attrs = ConvAttrs((1, 1), (pad,) * 4, (1, 1), 1, "NHWC", "HWIO")
+        return _only_group(*b.build([b.add("conv", [x, w], attrs)]))
+
+    three = annotated(default_schedule(conv(3), AVX512), "conv2d_nhwc")
+    assert three["xx.1"] == (7, Annotation.UNROLL) and three["ff.1"] == (2, Annotation.UNROLL)
+    one = annotated(default_schedule(conv(1), AVX512), "conv2d_nhwc")
+    assert one["xx.1"] == (7, Annotation.UNROLL) and one["ff.1"] == (4, Annotation.UNROLL)
+
+
 def test_channel_tiles_go_outside_when_weights_outweigh_the_input() -> None:
     """1x1 conv 14x14x1024 -> 512: 2 MiB of weights, 0.8 MiB of input. On two cores
     the channel tiles are the outer part of the parallel loop (each core streams half
