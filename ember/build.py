@@ -279,9 +279,8 @@ def _intermediate_lifetimes(
     last: dict[str, int] = {}
     sizes: dict[str, int] = {}
     values = {value.name: value for group in fused.groups for value in group.outputs}
-    for step, group in enumerate(fused.groups):
-        if group.name in in_place:
-            continue
+    steps = [group for group in fused.groups if group.name not in in_place]
+    for step, group in enumerate(steps):
         for value in group.inputs:
             if value.name in first:
                 last[value.name] = step

@@ -377,6 +377,8 @@ def concatenation_steps(graph: Graph, params: Params) -> tuple[list[KernelStep],
     target = ember.Target("llvm")
     parts = partition(graph, params, target)
     plan = plan_build(parts, target, backend_for(target))
+    # Lifetimes count the steps that run: a concatenation in place is none of them.
+    assert all(a.tensor.last < len(plan.program.steps) for a in plan.memory.allocations)
     return [step for step in plan.program.steps if isinstance(step, KernelStep)], parts
 
 

@@ -202,15 +202,14 @@ def _sweep(graph: Graph, constants: Mapping[str, np.ndarray]) -> Graph:
     producers: dict[str, Node] = {}
     nodes: list[Node] = []
     context = Context(producers, constants)
-    names = _ValueNames(graph)
+    names = _FreshNames(graph)
     for original in graph.nodes:
         node = _substitute_inputs(original, forwarded)
-        result = _rewrite_node(node, context, names)
-        if isinstance(result, Value):
-            forwarded[node.output.name] = result
-            continue
-        nodes.extend(result)
-        producers.update((value.name, new) for new in result for value in new.outputs)
+        new_nodes, forward = _rewrite_node(node, context, names)
+        nodes.extend(new_nodes)
+        producers.update((value.name, new) for new in new_nodes for value in new.outputs)
+        if forward is not None:
+            forwarded[node.output.name] = forward
     rebuilt = graph.replace(
         nodes=tuple(nodes), outputs=tuple(forwarded.get(v.name, v) for v in graph.outputs)
     )
@@ -224,12 +223,14 @@ def _substitute_inputs(node: Node, forwarded: Mapping[str, Value]) -> Node:
     return Node(node.op, inputs, node.outputs, node.attrs, node.name)
 
 
-class _ValueNames:
-    """Fresh value names for the nodes a rewrite adds in front of a node."""
+class _FreshNames:
+    """Fresh names for the nodes a rewrite adds in front of a node (each node and its
+    value share one), clear of every value and node name of the graph."""
 
     def __init__(self, graph: Graph) -> None:
         self.taken = {v.name for v in (*graph.inputs, *graph.params)}
         self.taken.update(v.name for node in graph.nodes for v in node.outputs)
+        self.taken.update(node.name for node in graph.nodes)
 
     def fresh(self, base: str) -> str:
         index = 0
@@ -239,9 +240,13 @@ class _ValueNames:
         return name
 
 
-def _rewrite_node(node: Node, context: Context, names: _ValueNames) -> list[Node] | Value:
-    """Apply the rules to `node` until one forwards a value or none fires: the value,
-    or the nodes now computing the node's output, that node last."""
+def _rewrite_node(
+    node: Node, context: Context, names: _FreshNames
+) -> tuple[list[Node], Value | None]:
+    """Apply the rules to `node` until one forwards a value or none fires: the nodes
+    to keep, and the value standing for the node's output (None: the last node
+    computes it). Nodes a rewrite added stay when a later rule forwards a value (x ** 3
+    of a constant x of ones: (x * x) * x, then x * 1 -> x * x)."""
     added: list[Node] = []
     rules = _RULES_BY_OP.get(node.op, ())
     fired = True
@@ -250,7 +255,7 @@ def _rewrite_node(node: Node, context: Context, names: _ValueNames) -> list[Node
         for rule in rules:
             result = rule(node, context)
             if isinstance(result, Value):
-                return result
+                return added, result
             if isinstance(result, Rewrite):
                 inputs = tuple(_materialize(x, node, names, added) for x in result.inputs)
                 node = make_node(
@@ -258,11 +263,11 @@ def _rewrite_node(node: Node, context: Context, names: _ValueNames) -> list[Node
                 )
                 rules, fired = _RULES_BY_OP.get(node.op, ()), True
                 break
-    return [*added, node]
+    return [*added, node], None
 
 
 def _materialize(
-    operand: Value | Rewrite, node: Node, names: _ValueNames, added: list[Node]
+    operand: Value | Rewrite, node: Node, names: _FreshNames, added: list[Node]
 ) -> Value:
     """`operand` as a value: a nested `Rewrite` becomes a node appended to `added` (once
     per distinct rewrite, so `square * square` squares once), named after `node`."""

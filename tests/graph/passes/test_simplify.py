@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ember.graph import GraphBuilder, format_graph, interpret, verify
+from ember.graph.ir import Graph, TensorType, Value
 from ember.graph.ops.attrs import CastAttrs, ReshapeAttrs, TransposeAttrs
 from ember.graph.passes import simplify
 from ember.graph.passes.rewrite import make_node
@@ -166,6 +167,33 @@ def test_powers_of_constant_exponents_become_multiplies_and_roots(check_pass) ->
     got, want = interpret(new_graph, params, positive), interpret(graph, params, positive)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=3e-7, err_msg=name)
+
+
+def test_nodes_a_rewrite_adds_get_names_no_node_has(check_pass) -> None:
+    # A node named like the name the square would take ("p.0") keeps its own.
+    x = Value("x", TensorType((4,), "float32"))
+    three = Value("three", TensorType((), "float32"))
+    relu = make_node("relu", [x], name="p.0", output_names=["a"])
+    cube = make_node("power", [relu.output, three], name="p", output_names=["p"])
+    graph = Graph((x,), (cube.output,), (relu, cube), (three,))
+    new_graph, _ = check_pass(simplify, graph, {"three": np.float32(3)})
+    assert [(n.name, n.op) for n in new_graph.nodes] == [
+        ("p.0", "relu"),
+        ("p.1", "multiply"),
+        ("p", "multiply"),
+    ]
+
+
+def test_a_value_forwarded_from_an_added_node_keeps_the_node(check_pass) -> None:
+    # ones ** 3 -> (ones * ones) * ones -> (ones * ones) -> ones: the square, added in
+    # the first sweep, is what the second rule forwards.
+    b = GraphBuilder()
+    x = b.input("x", (4,))
+    ones = b.param("ones", np.ones(4, "float32"))
+    cube = b.add("power", [ones, b.param("three", np.float32(3))], name="cube")
+    graph, params = b.build([b.add("add", [x, cube], name="y")])
+    new_graph, _ = check_pass(simplify, graph, params)
+    assert [n.op for n in new_graph.nodes] == ["add"]
 
 
 def test_casts_and_reshapes_that_change_the_type_stay(check_pass) -> None:
