@@ -85,7 +85,7 @@ from ember.schedule.steps import (
 from ember.target import Target
 from ember.te.dag import ComputeDAG
 from ember.te.expr import Binary, BinaryOp, Call, Const, Expr, Reduce, Select, TensorRead, Var
-from ember.te.tensor import ComputeOp, Tensor
+from ember.te.tensor import Tensor
 from ember.te.visit import free_vars, map_expr, walk
 
 # A loop nest with fewer element operations than this runs on one thread: forking
@@ -341,19 +341,25 @@ def _choose_tile(state: State, anchor: int, shape: Sequence[int], target: Target
         device.vector_registers,
         scalar_registers=device.fma_register_operands,
         broadcast_operands=device.broadcast_operands,
-        max_vectors=_vectors_in_l2(op, lanes, device.l2_cache_bytes),
+        max_vectors=_vectors_in_l2(state, anchor, lanes, device.l2_cache_bytes),
     )
     return _Tile(rows_axis, rows, vectors, lanes)
 
 
-def _vectors_in_l2(op: ComputeOp, lanes: int, l2_bytes: int) -> int:
+def _vectors_in_l2(state: State, anchor: int, lanes: int, l2_bytes: int) -> int:
     """The most vectors of a tile whose weight panel (the reduction's extent by the
-    tile's channels) fits in L2, where the tile's next rows find it again: ResNet's
-    7x7 3x3 convs over 512 channels read 295 KiB of weights per vector of 16, and 7 x 4
-    tiles (1.2 MiB a panel) ran 363 GFLOP/s against 413 for 7 x 2 (1 MiB L2, AVX-512)."""
+    tile's channels, read by every row) fits in L2, where the tile's next rows find it
+    again: ResNet's 7x7 3x3 convs over 512 channels read 295 KiB of weights per vector
+    of 16, and 7 x 4 tiles (1.2 MiB a panel) ran 363 GFLOP/s against 413 for 7 x 2
+    (1 MiB L2, AVX-512). Without weights (a read independent of the output's rows:
+    pools, reductions) there is no panel to keep."""
+    op = state.stages[anchor].compute_op
+    rows = {axis.var for axis in op.axes[:-1]}
+    reads = expanded_reads(state, anchor)
+    weights = [r for r in reads if not rows & set().union(*map(free_vars, r.indices))]
     reduction = math.prod(axis.extent for axis in op.reduce_axes)
     panel = reduction * lanes * dtype_bytes(op.dtype)
-    if not l2_bytes or not panel:
+    if not weights or not l2_bytes or not panel:
         return MAX_TILE_VECTORS
     return max(1, min(MAX_TILE_VECTORS, l2_bytes // panel))
 
