@@ -85,7 +85,7 @@ from ember.schedule.steps import (
 from ember.target import Target
 from ember.te.dag import ComputeDAG
 from ember.te.expr import Binary, BinaryOp, Call, Const, Expr, Reduce, Select, TensorRead, Var
-from ember.te.tensor import Tensor
+from ember.te.tensor import ComputeOp, Tensor
 from ember.te.visit import free_vars, map_expr, walk
 
 # A loop nest with fewer element operations than this runs on one thread: forking
@@ -325,14 +325,15 @@ class _Tile:
 
 def _choose_tile(state: State, anchor: int, shape: Sequence[int], target: Target) -> _Tile:
     op = state.stages[anchor].compute_op
+    reads = expanded_reads(state, anchor)
     last = len(shape) - 1
     widest = _vector_lanes(state, anchor, target)
-    lanes = _vector_width(expanded_reads(state, anchor), op.axes[last].var, shape[last], widest)
+    lanes = _vector_width(reads, op.axes[last].var, shape[last], widest)
     rows_axis = next((a for a in range(last - 1, -1, -1) if shape[a] > 1), None)
     row_extent, max_rows = 1, 1
     if rows_axis is not None:
         row_extent = shape[rows_axis]
-        max_rows = _rows_without_aliasing(expanded_reads(state, anchor), op.axes[rows_axis].var)
+        max_rows = _rows_without_aliasing(reads, op.axes[rows_axis].var)
     device = device_model(target)
     rows, vectors = _register_tile(
         row_extent,
@@ -341,25 +342,22 @@ def _choose_tile(state: State, anchor: int, shape: Sequence[int], target: Target
         device.vector_registers,
         scalar_registers=device.fma_register_operands,
         broadcast_operands=device.broadcast_operands,
-        max_vectors=_vectors_in_l2(state, anchor, lanes, device.l2_cache_bytes),
+        max_vectors=_vectors_in_l2(op, reads, lanes, device.l2_cache_bytes),
     )
     return _Tile(rows_axis, rows, vectors, lanes)
 
 
-def _vectors_in_l2(state: State, anchor: int, lanes: int, l2_bytes: int) -> int:
+def _vectors_in_l2(op: ComputeOp, reads: Sequence[TensorRead], lanes: int, l2_bytes: int) -> int:
     """The most vectors of a tile whose weight panel (the reduction's extent by the
     tile's channels, read by every row) fits in L2, where the tile's next rows find it
     again: ResNet's 7x7 3x3 convs over 512 channels read 295 KiB of weights per vector
     of 16, and 7 x 4 tiles (1.2 MiB a panel) ran 363 GFLOP/s against 413 for 7 x 2
-    (1 MiB L2, AVX-512). Without weights (a read independent of the output's rows:
-    pools, reductions) there is no panel to keep."""
-    op = state.stages[anchor].compute_op
-    rows = {axis.var for axis in op.axes[:-1]}
-    reads = expanded_reads(state, anchor)
-    weights = [r for r in reads if not rows & set().union(*map(free_vars, r.indices))]
+    (1 MiB L2, AVX-512). Without weights (`_read_axes`: pools, reductions) there is
+    no panel to keep."""
     reduction = math.prod(axis.extent for axis in op.reduce_axes)
     panel = reduction * lanes * dtype_bytes(op.dtype)
-    if not weights or not l2_bytes or not panel:
+    has_weights = any(kind == "weights" for _, kind in _read_axes(op, reads))
+    if not has_weights or not l2_bytes or not panel:
         return MAX_TILE_VECTORS
     return max(1, min(MAX_TILE_VECTORS, l2_bytes // panel))
 
@@ -506,25 +504,34 @@ def _schedule_anchor(state: State, anchor: Tensor, output: Tensor, target: Targe
 
 
 def _weights_outweigh_input(state: State, local: int) -> bool:
-    """Whether the anchor reads more bytes that do not depend on the output's other
-    axes (a conv's weights) than bytes that do not depend on its innermost axis (its
-    input). Then the channel tiles go outermost, so that each core streams only its
+    """Whether the anchor reads more bytes of weights than of input (`_read_axes`).
+    Then the channel tiles go outermost, so that each core streams only its
     share of the weights (ResNet-50's 1x1 conv 14x14x1024 -> 512, two threads: 310
     GFLOP/s with the channel tiles inside, 390-430 outside; one thread: the reverse,
     by 5-20%). Otherwise each core reads only its share of the input."""
     op = state.stages[local].compute_op
-    channel, others = op.axes[-1].var, {axis.var for axis in op.axes[:-1]}
-    reads = expanded_reads(state, local)
     weights = inputs = 0
+    for tensor, kind in _read_axes(op, expanded_reads(state, local)):
+        size = math.prod(tensor.shape) * dtype_bytes(tensor.dtype)
+        if kind == "input":
+            inputs += size
+        elif kind == "weights":
+            weights += size
+    return weights > inputs > 0
+
+
+def _read_axes(op: ComputeOp, reads: Sequence[TensorRead]) -> list[tuple[Tensor, str]]:
+    """Each tensor the anchor `op` reads, as "input" if no index uses the output's
+    innermost (channel) axis, "weights" if they use it and none of the output's other
+    axes (a conv's weights, the same for every pixel), else "other"."""
+    channel, others = op.axes[-1].var, {axis.var for axis in op.axes[:-1]}
+    kinds = []
     for tensor in _unique([read.tensor for read in reads]):
         indices = [i for read in reads if read.tensor is tensor for i in read.indices]
         used = set().union(*(free_vars(i) for i in indices))
-        size = math.prod(tensor.shape) * dtype_bytes(tensor.dtype)
-        if channel not in used:
-            inputs += size
-        elif not used & others:
-            weights += size
-    return weights > inputs > 0
+        kind = "input" if channel not in used else "other" if used & others else "weights"
+        kinds.append((tensor, kind))
+    return kinds
 
 
 def _tile_output(
