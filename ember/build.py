@@ -218,7 +218,7 @@ def plan_build(parts: Partition, target: Target, backend: Backend) -> BuildPlan:
     locations = _boundary_locations(graph)
     # An in-place concatenation's inputs live in its output (their kernels write views).
     concatenated = {
-        name: group.outputs[0].name
+        name: group.outputs[0]
         for group in fused.groups
         for name in parts.in_place.get(group.name, {})
     }
@@ -226,7 +226,7 @@ def plan_build(parts: Partition, target: Target, backend: Backend) -> BuildPlan:
     for allocation in memory.allocations:
         locations[allocation.tensor.name] = BufferRef(Region.ARENA, allocation.offset)
     for name, concatenation in concatenated.items():
-        locations[name] = locations[concatenation]
+        locations[name] = locations[concatenation.name]
     steps: list[Step] = []
     records: list[GroupRecord] = []
     for group in fused.groups:
@@ -268,7 +268,7 @@ def _boundary_locations(graph: Graph) -> dict[str, BufferRef]:
 def _intermediate_lifetimes(
     fused: FusedGraph,
     boundary: Mapping[str, BufferRef],
-    concatenated: Mapping[str, str],
+    concatenated: Mapping[str, Value],
     in_place: Container[str],
 ) -> list[TensorLifetime]:
     """Each tensor groups pass between them (and the unused outputs a helper writes
@@ -278,7 +278,6 @@ def _intermediate_lifetimes(
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     sizes: dict[str, int] = {}
-    values = {value.name: value for group in fused.groups for value in group.outputs}
     steps = [group for group in fused.groups if group.name not in in_place]
     for step, group in enumerate(steps):
         for value in group.inputs:
@@ -286,8 +285,7 @@ def _intermediate_lifetimes(
                 last[value.name] = step
         written = group.nodes[0].outputs if runs_in_helper(group) else group.outputs
         for value in written:
-            if value.name in concatenated:
-                value = values[concatenated[value.name]]
+            value = concatenated.get(value.name, value)
             if value.name not in boundary:
                 first.setdefault(value.name, step)
                 last[value.name] = step

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -106,25 +107,26 @@ def partition(graph: Graph, params: Mapping[str, np.ndarray] | None, target: Tar
     dags = {group.name: group_to_dag(group) for group in fused.groups if not runs_in_helper(group)}
     in_place = _in_place_concats(fused, dags)
     view_of = {name: view for views in in_place.values() for name, view in views.items()}
-    found: dict[tuple[str, tuple[tuple[int, OutputView], ...]], KernelSpec] = {}
-    counts: dict[tuple[str, tuple[tuple[int, OutputView], ...]], int] = {}
+    # A kernel is one workload key with one set of output views.
     identity_of: dict[str, tuple[str, tuple[tuple[int, OutputView], ...]]] = {}
+    first_group: dict[tuple[str, tuple[tuple[int, OutputView], ...]], FusedGroup] = {}
     for group in fused.groups:
         if group.name not in dags or group.name in in_place:
             continue
-        dag, inputs = dags[group.name]
         views = tuple(
             (position, view_of[value.name])
             for position, value in enumerate(group.outputs)
             if value.name in view_of
         )
-        identity = (dag.workload_key, views)
-        if identity not in found:
-            name = kernel_name(group, dag.workload_key + "".join(f"|{p}:{v}" for p, v in views))
-            found[identity] = KernelSpec(name, dag.workload_key, group, dag, inputs, 0, views)
-        counts[identity] = counts.get(identity, 0) + 1
+        identity = (dags[group.name][0].workload_key, views)
         identity_of[group.name] = identity
-    kernels = {key: replace(spec, count=counts[key]) for key, spec in found.items()}
+        first_group.setdefault(identity, group)
+    counts = Counter(identity_of.values())
+    kernels = {}
+    for identity, group in first_group.items():
+        (key, views), (dag, inputs) = identity, dags[group.name]
+        name = kernel_name(group, key + "".join(f"|{p}:{v}" for p, v in views))
+        kernels[identity] = KernelSpec(name, key, group, dag, inputs, counts[identity], views)
     by_group = {name: kernels[identity] for name, identity in identity_of.items()}
     return Partition(optimized, arrays, fused, tuple(kernels.values()), by_group, in_place)
 
