@@ -121,19 +121,18 @@ def block_size(channels: int, lanes: int, rows: int = 1) -> int:
     batch 16 -> 1008 in vectors of 16: 1.5x faster than in vectors of 8; a single row
     is bound by reading the weight, where the narrower vector costs nothing and the
     `slice` a kernel); else the widest power of two down to 4 that divides
-    `channels` (`conv_block` of half the lanes); else `lanes`, padded."""
-    padding = -channels % lanes
-    if padding == 0 or (rows >= MIN_PADDED_ROWS and padding <= channels // PADDING_FRACTION):
-        return lanes
-    return conv_block(channels, lanes // 2) or lanes
+    `channels`; else `lanes`, padded. A conv's block is the same but for the last
+    case (`conv_block`)."""
+    return conv_block(channels, lanes, rows) or lanes
 
 
 def conv_block(channels: int, lanes: int, pixels: int = 1) -> int | None:
     """The block of output channels of a packed conv over `pixels` output pixels:
-    `lanes`, padded as `block_size` pads (SqueezeNet's classifier, 1000 channels over
-    13x13 pixels on AVX-512: 1008 in vectors of 16 ran 0.60 ms, 1000 in vectors of 8
-    1.22 ms); else the widest power of two from `lanes` down to 4 that divides
-    `channels`; else None (3 or 6 channels: unpacked, not padded to 16)."""
+    `lanes` when it divides `channels` or padding is worth it as `block_size` says
+    (SqueezeNet's classifier, 1000 channels over 13x13 pixels on AVX-512: 1008 in
+    vectors of 16 ran 0.60 ms, 1000 in vectors of 8 1.22 ms); else the widest power of
+    two from `lanes` down to 4 that divides `channels`; else None (3 or 6 channels:
+    unpacked, not padded to 16)."""
     padding = -channels % lanes
     if pixels >= MIN_PADDED_ROWS and 0 < padding <= channels // PADDING_FRACTION:
         return lanes
@@ -200,24 +199,26 @@ def _packed_conv(
     arrays: Mapping[str, np.ndarray], node: Node, block: int
 ) -> tuple[np.ndarray, str]:
     """`node`'s conv weight packed in blocks of `block`, and the layout's name."""
-    weight = arrays[node.inputs[1].name]
-    missing = -weight.shape[-1] % block
-    if missing:  # zero output channels up to whole blocks; a slice cuts them off
-        weight = np.pad(weight, [(0, 0)] * (weight.ndim - 1) + [(0, missing)])
-    array = pack_conv_weight(weight, block)
+    # Zero output channels up to whole blocks; a slice cuts them off.
+    array = pack_conv_weight(_padded(arrays[node.inputs[1].name], -1, block), block)
     return array, conv_pack_layout(block, array.ndim - 3)
 
 
 def _packed_dense(weight: np.ndarray, block: int) -> tuple[np.ndarray, str]:
     """A dense weight `W[N, K]` padded and packed in blocks of `block`, and the
     layout's name."""
-    return pack_dense_weight(_padded_rows(weight, block), block), dense_pack_layout(block)
+    return pack_dense_weight(_padded(weight, 0, block), block), dense_pack_layout(block)
 
 
-def _padded_rows(weight: np.ndarray, block: int) -> np.ndarray:
-    """`weight[N, K]` with zero rows appended up to a multiple of `block`."""
-    missing = -weight.shape[0] % block
-    return np.pad(weight, ((0, missing), (0, 0))) if missing else weight
+def _padded(weight: np.ndarray, axis: int, block: int) -> np.ndarray:
+    """`weight` with zeros appended along `axis` up to a multiple of `block` (a dense
+    weight's rows, a conv weight's output channels)."""
+    missing = -weight.shape[axis] % block
+    if not missing:
+        return weight
+    widths = [(0, 0)] * weight.ndim
+    widths[axis] = (0, missing)
+    return np.pad(weight, widths)
 
 
 def _packed_nodes(
