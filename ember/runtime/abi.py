@@ -72,6 +72,7 @@ ABI_SIGNATURES: dict[str, tuple[object, tuple[object, ...]]] = {
     "ember_num_steps": (_INT32, ()),
     "ember_step_name": (ctypes.c_char_p, (_INT32,)),
     "ember_step_kernel": (ctypes.c_char_p, (_INT32,)),
+    "ember_threads": (_INT32, (_INSTANCE,)),
     "ember_destroy": (None, (_INSTANCE,)),
     "ember_target": (ctypes.c_char_p, ()),
     "ember_last_error": (ctypes.c_char_p, ()),

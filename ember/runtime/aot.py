@@ -142,10 +142,12 @@ def internal_header() -> str:
 
 def runtime_sources() -> list[str]:
     """The hand-written C of every library, each with the internal header prepended
-    (and runtime.c with the timing loop it shares with the auto-scheduler's timer)."""
+    (and runtime.c with the timing loop it shares with the auto-scheduler's timer, and
+    the thread-count policy)."""
     header = internal_header()
+    runtime_headers = timing_header() + threads_header()
     return [
-        f"{_FEATURES}{header}\n{timing_header() if name == 'runtime.c' else ''}{_c_file(name)}"
+        f"{_FEATURES}{header}\n{runtime_headers if name == 'runtime.c' else ''}{_c_file(name)}"
         for name in _RUNTIME_FILES
     ]
 
@@ -153,6 +155,11 @@ def runtime_sources() -> list[str]:
 def timing_header() -> str:
     """`c/timing.h`: the benchmark loop, for sources that prepend it."""
     return _c_file("timing.h") + "\n"
+
+
+def threads_header() -> str:
+    """`c/threads.h`: how many threads a run uses, for sources that prepend it."""
+    return _c_file("threads.h") + "\n"
 
 
 def _c_file(name: str) -> str:

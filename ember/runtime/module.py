@@ -9,7 +9,7 @@ takes and returns NumPy arrays.
 
 It wraps the C ABI every Ember library exports (`ember.runtime.abi`):
 `ember_create[_from_file]`, `ember_run`, `ember_benchmark`, `ember_profile` (with
-`ember_num_steps`, `ember_step_name`, `ember_step_kernel`), `ember_destroy`,
+`ember_num_steps`, `ember_step_name`, `ember_step_kernel`), `ember_threads`, `ember_destroy`,
 `ember_target`, `ember_last_error`.
 Input and output buffers are allocated once per module and their addresses put into
 ctypes pointer arrays once, so `run()` is a single ctypes call; `set_input` copies
@@ -329,6 +329,14 @@ class Module:
             )
         if status != 0:
             raise ExecutionError(f"{self.source}: run failed: {self._abi.last_error()}")
+
+    @property
+    def threads(self) -> int:
+        """The thread count runs use now: measured and chosen run by run (fewer while
+        other programs keep cores busy, see c/threads.h), at most OpenMP's setting
+        (OMP_NUM_THREADS); that setting itself when EMBER_ADAPTIVE_THREADS=0."""
+        with self._lock:
+            return int(self._abi.library.ember_threads(self._handle))
 
     def get_output(self, key: int | str) -> np.ndarray:
         """A copy of output `key` (an index or a name) from the last run."""

@@ -3,17 +3,23 @@
  * Hand-written once for every model; what differs per model (the tensors, the arena
  * size and the kernel calls) comes from the generated entry point through
  * `ember_model` and `ember_model_run` (ember_internal.h, prepended by Ember). The timing
- * loop is shared with the auto-scheduler's candidate timer (timing.h, prepended too). */
+ * loop is shared with the auto-scheduler's candidate timer (timing.h, prepended too);
+ * how many threads each run uses is threads.h's policy (prepended too). */
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 typedef struct ember_instance {
   const void** params;  /* borrowed from the caller, or pointing into owned_params */
   void* owned_params;   /* the block ember_create_from_file read; NULL otherwise */
   unsigned char* arena; /* the intermediate tensors, laid out by the memory plan */
+  int32_t adaptive;     /* runs choose their thread count (threads.h) */
+  ember_thread_policy threads;
 } ember_instance;
 
 /* Each thread sees the message of its own last failed call. */
@@ -43,6 +49,8 @@ static ember_instance* new_instance(void) {
   instance->params = calloc(count, sizeof *instance->params);
   instance->arena = aligned_block(ember_model.arena_bytes);
   if (instance->params == NULL || instance->arena == NULL) goto fail;
+  const char* adaptive = getenv("EMBER_ADAPTIVE_THREADS");
+  instance->adaptive = adaptive == NULL || strcmp(adaptive, "0") != 0;
   return instance;
 fail:
   if (instance != NULL) {
@@ -123,7 +131,38 @@ EMBER_EXPORT int32_t ember_run(ember_instance* instance, const void* const* inpu
                      ember_model.outputs) != 0) {
     return -1;
   }
+#ifdef _OPENMP
+  /* The caller's OpenMP setting (OMP_NUM_THREADS, omp_set_num_threads) is the most a
+   * run uses; it is set back after the run. */
+  int32_t most = omp_get_max_threads();
+  if (instance->adaptive && most > 1) {
+    if (instance->threads.max_threads != most) ember_threads_init(&instance->threads, most);
+    int32_t threads = ember_threads_next(&instance->threads);
+    omp_set_num_threads(threads);
+    double start = ember_timing_now();
+    int32_t status = ember_model_run(instance->params, inputs, outputs, instance->arena);
+    double seconds = ember_timing_now() - start;
+    omp_set_num_threads(most);
+    if (status == 0) ember_threads_observe(&instance->threads, threads, seconds);
+    return status;
+  }
+#endif
   return ember_model_run(instance->params, inputs, outputs, instance->arena);
+}
+
+/* The thread count the instance's runs use now: what threads.h chose, or OpenMP's
+ * setting where the policy is off (EMBER_ADAPTIVE_THREADS=0), 1 without OpenMP. */
+EMBER_EXPORT int32_t ember_threads(const ember_instance* instance) {
+#ifdef _OPENMP
+  int32_t most = omp_get_max_threads();
+  if (instance != NULL && instance->adaptive && instance->threads.max_threads == most) {
+    return instance->threads.threads;
+  }
+  return most;
+#else
+  (void)instance;
+  return 1;
+#endif
 }
 
 /* -- benchmark ----------------------------------------------------------------------- */
