@@ -81,13 +81,23 @@ def test_switches_to_fewer_threads_when_they_are_faster_and_back(drive) -> None:
     two[200:400], one[200:400] = 0.017, 0.011
     counts = drive(2, np.stack([one, two]))
     assert counts[150:200].count(1) <= 1
-    # Two slow runs, then a probe on one thread that wins.
-    switched = next(i for i in range(200, runs) if counts[i : i + 5] == [1] * 5)
-    assert switched <= 203
-    busy = counts[switched:400]
+    # Two slow runs, then a probe on one thread that wins and a duel (1, 2, 1, 2).
+    assert counts[202:206] == [1, 2, 1, 2]
+    assert counts[206:210] == [1] * 4  # then a probe of two threads after 4 runs
+    busy = counts[206:400]
     assert busy.count(2) <= 10, busy  # probes of two threads, ever more rarely
     back = next(i for i in range(400, runs) if counts[i : i + 5] == [2] * 5)
-    assert back <= 400 + 65
+    assert back <= 400 + 64 + 10  # within one interval and a duel
+
+
+def test_a_short_burst_of_load_does_not_switch(drive) -> None:
+    runs = 300
+    two, one = np.full(runs, 0.006), np.full(runs, 0.010)
+    # Three runs slowed (another program's threads finishing), one thread faster then.
+    two[200:203], one[200:203] = 0.017, 0.011
+    counts = drive(2, np.stack([one, two]))
+    assert counts[202:206] == [1, 2, 1, 2]  # the probe wins, the duel does not
+    assert counts[206:210] == [2] * 4
 
 
 def test_single_slow_runs_do_not_move_it(drive) -> None:
