@@ -32,9 +32,15 @@ intermediate values is in the region (so none of them is stored), the region's n
 keep `x`'s shape and read nothing else that depends on `x` (`_find_regions`). The
 region's last node becomes the group's tail, and the chain goes on from there.
 
-One prologue: a constant-mode `pad` whose only reader is a conv or pool (as its data)
-joins that anchor's group (a conv's ComputeDAG pads its input anyway). Other
-producers of an anchor (a transpose before a dense, say) stay in their own groups, and
+Prologues: a constant-mode `pad` whose only reader is a conv or pool (as its data)
+joins that anchor's group (a conv's ComputeDAG pads its input anyway); a chain of
+reshapes and transposes that makes an operand of a `matmul` (of two activations) for
+it alone joins the matmul's group, as long as each keeps the innermost axis contiguous
+(attention's split of the channels into heads, and the swap of the head and sequence
+axes: the kernel reads the projection's output where it lies, loading whole vectors as
+before, and no copy is made). A transpose that moves the innermost axis (Kᵀ) stays its
+own group: read through, a vector load would become a gather. Other producers of an
+anchor (a transpose before a dense, say) stay in their own groups, and
 nothing injective follows an anchor but one: the `slice` cutting off the output
 channels `pack_weights` padded to whole vectors (a crop of the last axis, right after
 a `conv_pack` or `dense_pack`). So each anchor group is one anchor computation with a
@@ -49,7 +55,7 @@ from __future__ import annotations
 
 import enum
 import heapq
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,12 +64,15 @@ from ember.errors import GraphError
 from ember.graph.interpret import interpret
 from ember.graph.ir import Graph, Node, Params, Value
 from ember.graph.ops import OpPattern, get_op
-from ember.graph.ops.attrs import PadAttrs, SliceAttrs
+from ember.graph.ops.attrs import PadAttrs, SliceAttrs, TransposeAttrs
 from ember.graph.printer import format_node
 from ember.graph.verify import verify
 
 # Anchors that take a constant pad of their data input as a prologue.
 PROLOGUE_ANCHORS = frozenset({"conv", "conv_pack", "max_pool", "avg_pool"})
+# Anchors that read their operands through a chain of reshapes and transposes
+# that keep each operand's innermost axis contiguous (`_keeps_inner_axis`).
+READ_THROUGH_ANCHORS = frozenset({"matmul"})
 
 # A group's name lists its ops; longer chains are abbreviated after this many.
 NAME_OPS = 5
@@ -151,7 +160,7 @@ def fuse(graph: Graph, params: Mapping[str, np.ndarray]) -> FusedGraph:
     """Partition `graph` into fused groups (rules in the module docstring)."""
     partition = _Partition(graph)
     prologues = _find_prologues(graph, partition)
-    prologue_nodes = set(prologues.values())
+    prologue_nodes = {name for names in prologues.values() for name in names}
     regions = _find_regions(graph, partition)
     for index, node in enumerate(graph.nodes):
         if node.name in prologue_nodes:
@@ -160,8 +169,8 @@ def fuse(graph: Graph, params: Mapping[str, np.ndarray]) -> FusedGraph:
         if pattern == OpPattern.OPAQUE:
             partition.start(index, GroupKind.OPAQUE)
         elif pattern >= OpPattern.REDUCTION:
-            prologue = prologues.get(node.name)
-            partition.start(index, GroupKind.ANCHOR, partition.index_of(prologue))
+            prologue = [partition.node_index[name] for name in prologues.get(node.name, ())]
+            partition.start(index, GroupKind.ANCHOR, prologue)
         else:
             target = partition.joinable_group(index, pattern, regions.get(node.name))
             if target is None:
@@ -171,22 +180,56 @@ def fuse(graph: Graph, params: Mapping[str, np.ndarray]) -> FusedGraph:
     return FusedGraph(graph, dict(params), partition.groups())
 
 
-def _find_prologues(graph: Graph, partition: _Partition) -> dict[str, str]:
-    """anchor node name -> name of the pad node that fuses into it as a prologue."""
-    prologues: dict[str, str] = {}
+def _find_prologues(graph: Graph, partition: _Partition) -> dict[str, tuple[str, ...]]:
+    """anchor node name -> the nodes that fuse into it as a prologue (module docstring):
+    a constant pad before a conv or pool, the reshapes and transposes before a matmul's
+    operands."""
+    prologues: dict[str, tuple[str, ...]] = {}
     for node in graph.nodes:
-        if node.op not in PROLOGUE_ANCHORS or not node.inputs:
-            continue
-        producer = partition.producers.get(node.inputs[0].name)
-        if (
-            producer is not None
-            and producer.op == "pad"
-            and isinstance(producer.attrs, PadAttrs)
-            and producer.attrs.mode == "constant"
-            and partition.only_reader(producer.output, node)
-        ):
-            prologues[node.name] = producer.name
+        if node.op in PROLOGUE_ANCHORS and node.inputs:
+            producer = partition.producers.get(node.inputs[0].name)
+            if (
+                producer is not None
+                and producer.op == "pad"
+                and isinstance(producer.attrs, PadAttrs)
+                and producer.attrs.mode == "constant"
+                and partition.only_reader(producer.output, node)
+            ):
+                prologues[node.name] = (producer.name,)
+        elif node.op in READ_THROUGH_ANCHORS:
+            operands = node.inputs
+            chain = [name for value in operands for name in _read_through(value, node, partition)]
+            if chain:
+                prologues[node.name] = tuple(chain)
     return prologues
+
+
+def _read_through(value: Value, reader: Node, partition: _Partition) -> list[str]:
+    """The reshapes and transposes that make `value` for `reader` alone, back from it,
+    while each keeps the innermost axis of its input contiguous in its output."""
+    chain: list[str] = []
+    while True:
+        producer = partition.producers.get(value.name)
+        if (
+            producer is None
+            or producer.op not in ("reshape", "transpose")
+            or not partition.only_reader(value, reader)
+            or not _keeps_inner_axis(producer)
+        ):
+            return chain
+        chain.append(producer.name)
+        value, reader = producer.inputs[0], producer
+
+
+def _keeps_inner_axis(node: Node) -> bool:
+    """Whether consecutive elements of `node`'s output's last axis are consecutive in
+    its input: a transpose that leaves the last axis last, a reshape whose output's
+    last axis splits its input's (as attention splits 768 channels into 12 heads of
+    64). Read through such nodes, a kernel still loads whole vectors along that axis."""
+    if isinstance(node.attrs, TransposeAttrs):
+        return node.attrs.perm[-1] == len(node.attrs.perm) - 1
+    before, after = node.inputs[0].shape, node.output.shape
+    return bool(before) and bool(after) and after[-1] > 0 and before[-1] % after[-1] == 0
 
 
 def _find_regions(graph: Graph, partition: _Partition) -> dict[str, str]:
@@ -280,23 +323,20 @@ class _Partition:
         self.depends_on: list[set[int]] = []
         self.group_of_value: dict[str, int] = {}
 
-    def index_of(self, node_name: str | None) -> int | None:
-        return None if node_name is None else self.node_index[node_name]
-
     def only_reader(self, value: Value, node: Node) -> bool:
         """Whether `node` is the only reader of `value` and the graph does not output it."""
         readers = {reader.name for reader in self.readers[value.name]}
         return readers == {node.name} and value.name not in self.graph_outputs
 
-    def start(self, index: int, kind: GroupKind, prologue: int | None = None) -> None:
+    def start(self, index: int, kind: GroupKind, prologue: Sequence[int] = ()) -> None:
         group = len(self.members)
         self.members.append([])
         self.kinds.append(kind)
         self.anchors.append(index if kind == GroupKind.ANCHOR else None)
         self.tails.append(index)
         self.depends_on.append(set())
-        if prologue is not None:
-            self._add(group, prologue)
+        for node in sorted(prologue):
+            self._add(group, node)
         self._add(group, index)
 
     def join(self, group: int, index: int) -> None:

@@ -413,3 +413,79 @@ def test_check_fused_reports_a_bad_partition() -> None:
     twice = FusedGraph(graph, params, (*fused.groups, fused.groups[-1]))
     with pytest.raises(GraphError, match="node 'prob' is in groups 'softmax' and 'softmax'"):
         check_fused(twice)
+
+
+def attention(heads: int = 2, seq: int = 8, width: int = 4) -> tuple[Graph, Params]:
+    """Self-attention as exporters write it: projections, each split into heads by a
+    reshape and a transpose (Kᵀ moving the innermost axis), two matmuls, softmax, and
+    the heads merged back."""
+    b = GraphBuilder()
+    channels = heads * width
+    x = b.input("x", (1, seq, channels))
+
+    def heads_of(name: str, perm: tuple[int, ...]) -> Value:
+        w = b.param(f"w_{name}", weight((channels, channels), len(name)))
+        projected = b.add("dense", [x, w], name=f"proj_{name}")
+        split = b.add(
+            "reshape", [projected], ReshapeAttrs((1, seq, heads, width)), name=f"split_{name}"
+        )
+        return b.add("transpose", [split], TransposeAttrs(perm), name=f"heads_{name}")
+
+    q = heads_of("q", (0, 2, 1, 3))
+    k = heads_of("k", (0, 2, 3, 1))
+    v = heads_of("v", (0, 2, 1, 3))
+    scores = b.add("matmul", [q, k], name="scores")
+    probs = b.add("softmax", [scores], AxisAttrs(3), name="probs")
+    mixed = b.add("matmul", [probs, v], name="mixed")
+    merged = b.add("transpose", [mixed], TransposeAttrs((0, 2, 1, 3)), name="merge")
+    out = b.add("reshape", [merged], ReshapeAttrs((1, seq, channels)), name="out")
+    return b.build([out])
+
+
+def test_matmuls_read_split_heads_where_the_projections_put_them() -> None:
+    """Q's and V's reshape and transpose join the matmul that reads them (the innermost
+    axis stays contiguous); Kᵀ's transpose moves the innermost axis and stays a group,
+    and so does the merge after the last matmul (an epilogue that is not pointwise)."""
+    graph, params = attention()
+    fused = fuse(graph, params)
+    groups = dict(membership(fused))
+    assert groups["reshape_transpose_matmul"] == ["split_q", "heads_q", "scores"]
+    assert groups["reshape_transpose_matmul_1"] == ["split_v", "heads_v", "mixed"]
+    assert groups["reshape_transpose"] == ["split_k", "heads_k"]
+    assert groups["transpose_reshape"] == ["merge", "out"]
+    assert_sound(graph, params, fused)
+
+
+def test_an_operand_read_elsewhere_too_is_not_read_through() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 4))
+    split = b.add("reshape", [x], ReshapeAttrs((1, 8, 2, 2)), name="split")
+    heads = b.add("transpose", [split], TransposeAttrs((0, 2, 1, 3)), name="heads")
+    scores = b.add(
+        "matmul",
+        [heads, b.add("transpose", [heads], TransposeAttrs((0, 1, 3, 2)), name="t")],
+        name="scores",
+    )
+    graph, params = b.build([scores, heads])  # `heads` is also an output
+    fused = fuse(graph, params)
+    groups = dict(membership(fused))
+    assert groups["matmul"] == ["scores"]
+    assert_sound(graph, params, fused)
+
+
+def test_attention_with_split_heads_read_through_matches_the_interpreter() -> None:
+    """Built for this machine: one kernel per matmul reads the projections directly
+    (no kernel copies Q or V), and the result is the interpreter's."""
+    import ember
+
+    graph, params = attention(heads=3, seq=20, width=32)
+    library = ember.build(graph, "llvm", params=params)
+    names = [g["name"] for g in library.metadata["groups"]]
+    assert sum(name.startswith("reshape_transpose_matmul") for name in names) == 2, names
+    assert sum(name.startswith("reshape_transpose") for name in names) == 3, names
+    module = library.load()
+    inputs = random_inputs(graph)
+    module.set_input("x", inputs["x"])
+    module.run()
+    expected = interpret(graph, params, inputs)[graph.outputs[0].name]
+    np.testing.assert_allclose(module.get_output(0), expected, rtol=1e-4, atol=1e-5)
