@@ -252,18 +252,25 @@ def test_activations_that_read_their_input_twice_fuse_into_the_conv(
 def test_fused_activations_compile_to_one_kernel_per_conv(activation: str) -> None:
     """The diamond becomes the conv kernel's epilogue (its input read twice from the
     accumulators), and the network's output matches the interpreter's."""
+    graph, params = activation_graph(activation)
+    names = build_and_compare(graph, params)
+    kernels = [name for name in names if "conv" in name]
+    assert len(kernels) == 2 and kernels[0].startswith("conv_pack_add_"), kernels
+
+
+def build_and_compare(graph: Graph, params: Params) -> list[str]:
+    """Build `graph` (input `x`) for this machine, check its output against the
+    interpreter's, and return the names of its groups."""
     import ember
 
-    graph, params = activation_graph(activation)
     library = ember.build(graph, "llvm", params=params)
-    kernels = [g["name"] for g in library.metadata["groups"] if "conv" in g["name"]]
-    assert len(kernels) == 2 and kernels[0].startswith("conv_pack_add_"), kernels
     module = library.load()
     inputs = random_inputs(graph)
     module.set_input("x", inputs["x"])
     module.run()
     expected = interpret(graph, params, inputs)[graph.outputs[0].name]
     np.testing.assert_allclose(module.get_output(0), expected, rtol=1e-4, atol=1e-5)
+    return [group["name"] for group in library.metadata["groups"]]
 
 
 def test_squeeze_excitation_stores_what_its_pool_reads() -> None:
@@ -476,16 +483,7 @@ def test_an_operand_read_elsewhere_too_is_not_read_through() -> None:
 def test_attention_with_split_heads_read_through_matches_the_interpreter() -> None:
     """Built for this machine: one kernel per matmul reads the projections directly
     (no kernel copies Q or V), and the result is the interpreter's."""
-    import ember
-
     graph, params = attention(heads=3, seq=20, width=32)
-    library = ember.build(graph, "llvm", params=params)
-    names = [g["name"] for g in library.metadata["groups"]]
+    names = build_and_compare(graph, params)
     assert sum(name.startswith("reshape_transpose_matmul") for name in names) == 2, names
     assert sum(name.startswith("reshape_transpose") for name in names) == 3, names
-    module = library.load()
-    inputs = random_inputs(graph)
-    module.set_input("x", inputs["x"])
-    module.run()
-    expected = interpret(graph, params, inputs)[graph.outputs[0].name]
-    np.testing.assert_allclose(module.get_output(0), expected, rtol=1e-4, atol=1e-5)
