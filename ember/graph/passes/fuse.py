@@ -40,10 +40,10 @@ it alone joins the matmul's group, as long as each keeps the innermost axis cont
 axes: the kernel reads the projection's output where it lies, loading whole vectors as
 before, and no copy is made). A transpose that moves the innermost axis (Kᵀ) stays its
 own group: read through, a vector load would become a gather. Other producers of an
-anchor (a transpose before a dense, say) stay in their own groups, and
-nothing injective follows an anchor but one: the `slice` cutting off the output
-channels `pack_weights` padded to whole vectors (a crop of the last axis, right after
-a `conv_pack` or `dense_pack`). So each anchor group is one anchor computation with a
+anchor (a transpose before a dense, say) stay in their own groups, and nothing
+injective follows an anchor but one: the `slice` cutting off the output channels
+`pack_weights` padded to whole vectors (a crop of the last axis, right after a
+`conv_pack` or `dense_pack`). So each anchor group is one anchor computation with a
 pointwise epilogue.
 
 Pre: `graph` verifies. Post: every node is in exactly one group; each group has at most
@@ -197,28 +197,28 @@ def _find_prologues(graph: Graph, partition: _Partition) -> dict[str, tuple[str,
             ):
                 prologues[node.name] = (producer.name,)
         elif node.op in READ_THROUGH_ANCHORS:
-            operands = node.inputs
-            chain = [name for value in operands for name in _read_through(value, node, partition)]
+            chain = _read_through(node, partition)
             if chain:
-                prologues[node.name] = tuple(chain)
+                prologues[node.name] = chain
     return prologues
 
 
-def _read_through(value: Value, reader: Node, partition: _Partition) -> list[str]:
-    """The reshapes and transposes that make `value` for `reader` alone, back from it,
-    while each keeps the innermost axis of its input contiguous in its output."""
-    chain: list[str] = []
-    while True:
-        producer = partition.producers.get(value.name)
-        if (
-            producer is None
-            or producer.op not in ("reshape", "transpose")
-            or not partition.only_reader(value, reader)
-            or not _keeps_inner_axis(producer)
+def _read_through(anchor: Node, partition: _Partition) -> tuple[str, ...]:
+    """The reshapes and transposes that make `anchor`'s operands for it alone, back
+    from each, while each keeps the innermost axis of its input contiguous in its
+    output; each once (`x @ x` reads one chain twice)."""
+    chain: dict[str, None] = {}
+    for operand in dict.fromkeys(anchor.inputs):
+        value, reader = operand, anchor
+        while (
+            (producer := partition.producers.get(value.name)) is not None
+            and producer.op in ("reshape", "transpose")
+            and partition.only_reader(value, reader)
+            and _keeps_inner_axis(producer)
         ):
-            return chain
-        chain.append(producer.name)
-        value, reader = producer.inputs[0], producer
+            chain[producer.name] = None
+            value, reader = producer.inputs[0], producer
+    return tuple(chain)
 
 
 def _keeps_inner_axis(node: Node) -> bool:

@@ -480,6 +480,18 @@ def test_an_operand_read_elsewhere_too_is_not_read_through() -> None:
     assert_sound(graph, params, fused)
 
 
+def test_an_operand_read_twice_is_read_through_once() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (1, 4, 8))
+    split = b.add("reshape", [x], ReshapeAttrs((1, 4, 2, 4)), name="split")
+    heads = b.add("transpose", [split], TransposeAttrs((0, 2, 1, 3)), name="heads")
+    square = b.add("matmul", [heads, heads], name="square")
+    graph, params = b.build([square])
+    fused = fuse(graph, params)
+    assert membership(fused) == [("reshape_transpose_matmul", ["split", "heads", "square"])]
+    assert_sound(graph, params, fused)
+
+
 def test_attention_with_split_heads_read_through_matches_the_interpreter() -> None:
     """Built for this machine: one kernel per matmul reads the projections directly
     (no kernel copies Q or V), and the result is the interpreter's."""
