@@ -197,9 +197,10 @@ class _Placed:
         """Indices of the placed values (the tensor's, or its region's) in the buffer."""
         if self.origin is None:
             return tuple(indices)
-        pairs = zip(indices, self.origin, strict=True)
-        return tuple(i if not o else from_linear(to_linear(i) + LinearForm.of_constant(o))
-                     for i, o in pairs)  # fmt: skip
+        return tuple(
+            from_linear(to_linear(i) + LinearForm.of_constant(o)) if o else i
+            for i, o in zip(indices, self.origin, strict=True)
+        )
 
 
 @dataclass(frozen=True, slots=True)
