@@ -21,6 +21,7 @@ from torch import nn
 
 # torchvision's published parameter counts, and Hugging Face's for bert-base-uncased.
 PARAMETERS = {
+    "mobilenet_v2": 3_504_872,
     "efficientnet_b0": 5_288_548,
     "convnext_tiny": 28_589_128,
     "vit_b_16": 86_567_656,
@@ -89,6 +90,51 @@ class EfficientNetB0(nn.Module):
         layers.append(_conv_bn(320, 1280, 1))
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Linear(1280, 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.adaptive_avg_pool2d(self.features(x), 1)
+        return self.classifier(torch.flatten(x, 1))
+
+
+class _InvertedResidual(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
+        super().__init__()
+        hidden = cin * expand
+        layers: list[nn.Module] = []
+        if expand != 1:
+            layers += [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6()]
+        layers += [
+            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(),
+            nn.Conv2d(hidden, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
+        ]
+        self.conv = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv(x) if self.residual else self.conv(x)
+
+
+class MobileNetV2(nn.Module):
+    # (expand ratio, out channels, layers, stride of the first): torchvision's.
+    STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+              (6, 160, 3, 2), (6, 320, 1, 1))  # fmt: skip
+
+    def __init__(self) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [
+            nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU6()
+        ]  # fmt: skip
+        cin = 32
+        for expand, cout, count, stride in self.STAGES:
+            for index in range(count):
+                layers.append(_InvertedResidual(cin, cout, stride if index == 0 else 1, expand))
+                cin = cout
+        layers += [nn.Conv2d(320, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.ReLU6()]
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, 1000))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = nn.functional.adaptive_avg_pool2d(self.features(x), 1)
@@ -223,6 +269,7 @@ class BertBase(nn.Module):
 
 
 MODELS = {
+    "mobilenet_v2": MobileNetV2,
     "efficientnet_b0": EfficientNetB0,
     "convnext_tiny": ConvNeXtTiny,
     "vit_b_16": ViTB16,
@@ -230,7 +277,8 @@ MODELS = {
 }
 
 
-def export(name: str, path: Path) -> Path:
+def build(name: str) -> nn.Module:
+    """The model in eval mode, seeded, checked against the published parameter count."""
     torch.manual_seed(0)
     model = MODELS[name]().eval()
     for module in model.modules():  # seeded statistics, as a trained model has
@@ -240,8 +288,21 @@ def export(name: str, path: Path) -> Path:
     count = sum(p.numel() for p in model.parameters())
     if count != PARAMETERS[name]:
         raise SystemExit(f"{name}: {count} parameters, the published model has {PARAMETERS[name]}")
-    # BERT reads 128 token ids; the others an image.
-    x = torch.randint(0, 30522, (1, 128)) if name == "bert_base" else torch.randn(1, 3, 224, 224)
+    return model
+
+
+def example_input(name: str) -> torch.Tensor:
+    """BERT reads 128 token ids; the others an image."""
+    return torch.randint(0, 30522, (1, 128)) if name == "bert_base" else torch.randn(1, 3, 224, 224)
+
+
+def export(name: str, path: Path) -> Path:
+    """Write the model as ONNX (`torch.onnx.export`), or as a `torch.export` program
+    (`torch.export.save`) when `path` ends in .pt2."""
+    model, x = build(name), example_input(name)
+    if path.suffix == ".pt2":
+        torch.export.save(torch.export.export(model, (x,)), str(path))
+        return path
     torch.onnx.export(model, (x,), str(path), opset_version=17, input_names=["input"],
                       output_names=["output"], dynamo=False)  # fmt: skip
     return path
@@ -250,7 +311,7 @@ def export(name: str, path: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", choices=sorted(MODELS))
-    parser.add_argument("-o", "--output", type=Path, required=True)
+    parser.add_argument("-o", "--output", type=Path, required=True, help=".onnx, or .pt2")
     args = parser.parse_args(argv)
     print(f"wrote {export(args.model, args.output)}")
     return 0

@@ -85,14 +85,22 @@ def load_model(
     batch_size: int = 1,
     layout: str = "NCHW",
 ) -> tuple[Graph, Params]:
-    """An ONNX file path or the name of a built-in workload (`resnet-50`, ...). For a
-    workload, a shape for its input "data" sets the batch and image size."""
-    from ember.frontend import from_onnx
+    """A model file (ONNX `.onnx`; a PyTorch program saved by `torch.export.save`,
+    `.pt2`) or the name of a built-in workload (`resnet-50`, ...). For a workload, a
+    shape for its input "data" sets the batch and image size."""
+    from ember.frontend import from_onnx, from_pytorch
     from ember.testing import list_workloads
 
     if model in list_workloads():
         return _workload(model, shapes, batch_size, layout)
     path = Path(model)
+    if path.suffix == ".pt2":
+        if shapes:
+            raise EmberError(
+                f"{path}: a .pt2 program's input shapes were fixed when it was exported; "
+                "export it again with example inputs of the shapes you want (no --input-shapes)"
+            )
+        return from_pytorch(path)
     if path.exists() or path.suffix == ".onnx":
         return from_onnx(path, shapes=shapes)
     raise EmberError(
@@ -103,7 +111,11 @@ def load_model(
 
 def add_model_arguments(parser: argparse.ArgumentParser, default_layout: str = "NCHW") -> None:
     """MODEL plus the options that say how to read it."""
-    parser.add_argument("model", help="an .onnx file or a built-in workload name (resnet-50, ...)")
+    parser.add_argument(
+        "model",
+        help="a model file (.onnx, or .pt2 from torch.export.save) or a built-in workload "
+        "name (resnet-50, ...)",
+    )
     parser.add_argument(
         "--input-shapes",
         "--shapes",

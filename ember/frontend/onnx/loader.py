@@ -31,6 +31,7 @@ import onnx.inliner
 from google.protobuf.message import DecodeError
 
 from ember.errors import EmberError, ModelLoadError, ShapeError, UnsupportedOperatorError
+from ember.frontend.naming import build_with_output_names
 from ember.frontend.onnx.registry import (
     CONVERTERS,
     ConversionContext,
@@ -38,7 +39,7 @@ from ember.frontend.onnx.registry import (
     dtype_from_onnx,
 )
 from ember.graph.builder import GraphBuilder
-from ember.graph.ir import Graph, Params, Value, rename_values
+from ember.graph.ir import Graph, Params, Value
 from ember.graph.verify import verify
 
 # Converter families register themselves on import; one not written yet is absent.
@@ -528,21 +529,6 @@ def _build_with_output_names(
     input_names: set[str],
     output_names: list[str],
 ) -> tuple[Graph, Params]:
-    """Build the graph so that its outputs carry the ONNX output names.
-
-    A node output is renamed; an output that is a param, another output's value, or a
-    graph input under a different name gets an `identity` node to carry its name."""
-    builder.fold_constants = False  # an identity of a constant must stay a node
-    outputs: list[Value] = []
-    renames: dict[str, str] = {}
-    for name in output_names:
-        value = _lookup(env, name)
-        if value.name == name:
-            outputs.append(value)
-            continue
-        if value.name in renames or value.name in input_names or builder.is_constant(value):
-            value = builder.add("identity", [value], name=f"{name}_identity")
-        renames[value.name] = name
-        outputs.append(value)
-    graph, params = builder.build(outputs)
-    return rename_values(graph, renames), params
+    """Build the graph so that its outputs carry the ONNX output names."""
+    outputs = [(name, _lookup(env, name)) for name in output_names]
+    return build_with_output_names(builder, outputs, input_names)
