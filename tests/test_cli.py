@@ -67,6 +67,40 @@ def test_info_missing_onnx_file(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "absent.onnx" in capsys.readouterr().err
 
 
+def _save_program(module: object, example: object, path: Path) -> Path:
+    import torch
+
+    torch.export.save(torch.export.export(module, (example,)), str(path))  # type: ignore[arg-type]
+    return path
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_info_on_a_pytorch_program(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                 torch.nn.Linear(8 * 6 * 6, 10)).eval()  # fmt: skip
+    path = _save_program(module, torch.zeros(2, 3, 8, 8), tmp_path / "net.pt2")
+    assert main(["info", str(path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["inputs"] == [{"name": "input", "shape": [2, 3, 8, 8], "dtype": "float32"}]
+    assert summary["outputs"][0]["shape"] == [2, 10]
+    macs = {op["op"]: op["macs"] for op in summary["ops"]}
+    assert macs["conv"] == 2 * 8 * 6 * 6 * 3 * 3 * 3
+    assert macs["dense"] == 2 * 10 * 8 * 6 * 6
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_pytorch_program_shapes_are_fixed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+
+    path = _save_program(torch.nn.ReLU(), torch.zeros(2, 3), tmp_path / "relu.pt2")
+    assert main(["info", str(path), "--input-shapes", "input:[4,3]"]) == 2
+    assert "export it again" in capsys.readouterr().err
+
+
 def test_parse_shapes() -> None:
     assert parse_shapes("data:1,3,224,224; mask:1,16") == {
         "data": (1, 3, 224, 224),

@@ -12,6 +12,7 @@ networks that share layers (the ResNets) compile the shared ones once.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
@@ -140,6 +141,41 @@ def test_torch_export_matches_onnxruntime(case: tuple[str, int], tmp_path: Path)
 @pytest.mark.parametrize("case", torch_export.PARAMS, ids=_torch_id)
 def test_every_torch_export_matches_onnxruntime(case: tuple[str, int], tmp_path: Path) -> None:
     check_torch_model(*case, tmp_path)
+
+
+def check_pytorch_program(name: str, batch: int, work: Path) -> None:
+    """The zoo model saved by `torch.export.save`, compiled from the .pt2 and run
+    through the command line, against torch eager."""
+    import torch
+
+    model = torch_export.build_model(name)
+    inputs = torch_export.case_inputs(name, batch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations
+        program = torch.export.export(model, tuple(torch.from_numpy(a) for a in inputs.values()))
+        torch.export.save(program, str(work / "model.pt2"))
+    names = [spec.arg.name for spec in program.graph_signature.input_specs
+             if spec.kind.name == "USER_INPUT"]  # fmt: skip
+    feeds = dict(zip(names, inputs.values(), strict=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        ours = compile_and_run(str(work / "model.pt2"), feeds, work)
+    theirs = torch_export.run_torch(model, inputs)
+    assert_matches(ours, {f"output_{i}": want for i, want in enumerate(theirs)})
+
+
+FAST_PT2 = [("mobilenet_v3", 1), ("bert", 1), ("convnext", 1)]
+
+
+@pytest.mark.parametrize("case", FAST_PT2, ids=_torch_id)
+def test_pytorch_program_matches_torch(case: tuple[str, int], tmp_path: Path) -> None:
+    check_pytorch_program(*case, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", torch_export.PARAMS, ids=_torch_id)
+def test_every_pytorch_program_matches_torch(case: tuple[str, int], tmp_path: Path) -> None:
+    check_pytorch_program(*case, tmp_path)
 
 
 def _inception(opset: int, mode: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

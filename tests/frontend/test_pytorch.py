@@ -662,3 +662,9 @@ def test_without_torch_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(builtins, "__import__", no_torch)
     with warnings.catch_warnings(), pytest.raises(EmberError, match=r"ember\[torch\]"):
         from_pytorch("model.pt2")
+
+
+def test_bfloat16_weights_are_refused_with_the_fix() -> None:
+    model = nn.Linear(4, 2).eval().to(torch.bfloat16)
+    with pytest.raises(UnsupportedOperatorError, match=r"bfloat16.*model\.float\(\)"):
+        from_pytorch(model, torch.zeros(1, 4, dtype=torch.bfloat16))

@@ -91,9 +91,8 @@ def from_pytorch(model: Any, example_inputs: Sequence[Any] | Any = None) -> tupl
     `torch.export.ExportedProgram`, or the path of a `.pt2` file written by
     `torch.export.save`. Export a module in eval mode (`model.eval()`): Ember compiles
     inference graphs."""
-    torch = require_torch()
     program = exported_program(model, example_inputs)
-    return _convert(torch, decomposed(program))
+    return convert_program(decomposed(program))
 
 
 def decomposed(program: Any) -> Any:
@@ -159,7 +158,9 @@ def load_program(path: str | os.PathLike[str]) -> Any:
 # -- conversion -----------------------------------------------------------------------
 
 
-def _convert(torch: Any, program: Any) -> tuple[Graph, Params]:
+def convert_program(program: Any) -> tuple[Graph, Params]:
+    """Convert an `ExportedProgram` already in core ATen form (`decomposed`)."""
+    torch = require_torch()
     graph_module = program.graph_module
     _check_supported(graph_module.graph)
     builder = GraphBuilder(name=type(graph_module).__name__.lower(), fold_constants=True)
