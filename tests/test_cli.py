@@ -101,6 +101,21 @@ def test_pytorch_program_shapes_are_fixed(
     assert "export it again" in capsys.readouterr().err
 
 
+def test_info_on_a_tflite_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ember.testing import tflite_models
+
+    path = tmp_path / "mobilenet_v1.tflite"
+    path.write_bytes(tflite_models.mobilenet_v1(size=64, alpha=0.25, classes=10))
+    assert main(["info", str(path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["inputs"] == [{"name": "input", "shape": [1, 64, 64, 3], "dtype": "float32"}]
+    assert summary["outputs"][0]["shape"] == [1, 10]
+    conv = next(op for op in summary["ops"] if op["op"] == "conv")
+    # The first conv: 32x32 outputs x 8 channels x 3x3x3; then 13 depthwise and 13
+    # pointwise convolutions (MACs counted by the same analysis as for ONNX models).
+    assert conv["count"] == 27 and conv["macs"] > 32 * 32 * 8 * 27
+
+
 def test_parse_shapes() -> None:
     assert parse_shapes("data:1,3,224,224; mask:1,16") == {
         "data": (1, 3, 224, 224),

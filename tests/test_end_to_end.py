@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import test_tflite
 import test_torch_export as torch_export
 import zoo_models as zoo
 
 from ember.cli import main
-from ember.testing import get_workload, list_workloads, to_onnx
+from ember.testing import get_workload, list_workloads, tflite_models, to_onnx
 from ember.testing.oracle import ATOL, RTOL, run_onnxruntime
 
 
@@ -176,6 +177,29 @@ def test_pytorch_program_matches_torch(case: tuple[str, int], tmp_path: Path) ->
 @pytest.mark.parametrize("case", torch_export.PARAMS, ids=_torch_id)
 def test_every_pytorch_program_matches_torch(case: tuple[str, int], tmp_path: Path) -> None:
     check_pytorch_program(*case, tmp_path)
+
+
+def check_tflite_model(name: str, options: dict[str, object], work: Path) -> None:
+    """A TFLite network written by `ember.testing.tflite_models`, compiled from the
+    .tflite file and run through the command line, against LiteRT's interpreter."""
+    data = tflite_models.MODELS[name](**options)
+    path = work / f"{name}.tflite"
+    path.write_bytes(data)
+    inputs = test_tflite._image_inputs(data)
+    theirs = test_tflite.run_litert(data, inputs)
+    ours = compile_and_run(str(path), inputs, work)
+    assert_matches(ours, {f"output_{i}": want for i, want in enumerate(theirs)})
+
+
+@pytest.mark.parametrize("name", list(test_tflite.SMALL))
+def test_tflite_model_matches_litert(name: str, tmp_path: Path) -> None:
+    check_tflite_model(name, test_tflite.SMALL[name], tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(tflite_models.MODELS))
+def test_full_size_tflite_model_matches_litert(name: str, tmp_path: Path) -> None:
+    check_tflite_model(name, {}, tmp_path)
 
 
 def _inception(opset: int, mode: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

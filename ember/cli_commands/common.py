@@ -86,21 +86,23 @@ def load_model(
     layout: str = "NCHW",
 ) -> tuple[Graph, Params]:
     """A model file (ONNX `.onnx`; a PyTorch program saved by `torch.export.save`,
-    `.pt2`) or the name of a built-in workload (`resnet-50`, ...). For a workload, a
-    shape for its input "data" sets the batch and image size."""
-    from ember.frontend import from_onnx, from_pytorch
+    `.pt2`; TFLite `.tflite`) or the name of a built-in workload (`resnet-50`, ...). For
+    a workload, a shape for its input "data" sets the batch and image size."""
+    from ember.frontend import from_onnx, from_pytorch, from_tflite
     from ember.testing import list_workloads
 
     if model in list_workloads():
         return _workload(model, shapes, batch_size, layout)
     path = Path(model)
+    if path.suffix in (".pt2", ".tflite") and shapes:
+        raise EmberError(
+            f"{path}: the input shapes of a {path.suffix} model are fixed in the file; "
+            "export it again with the shapes you want (no --input-shapes)"
+        )
     if path.suffix == ".pt2":
-        if shapes:
-            raise EmberError(
-                f"{path}: a .pt2 program's input shapes were fixed when it was exported; "
-                "export it again with example inputs of the shapes you want (no --input-shapes)"
-            )
         return from_pytorch(path)
+    if path.suffix == ".tflite":
+        return from_tflite(path)
     if path.exists() or path.suffix == ".onnx":
         return from_onnx(path, shapes=shapes)
     raise EmberError(
@@ -113,8 +115,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, default_layout: str = "
     """MODEL plus the options that say how to read it."""
     parser.add_argument(
         "model",
-        help="a model file (.onnx, or .pt2 from torch.export.save) or a built-in workload "
-        "name (resnet-50, ...)",
+        help="a model file (.onnx, .tflite, or .pt2 from torch.export.save) or a built-in "
+        "workload name (resnet-50, ...)",
     )
     parser.add_argument(
         "--input-shapes",

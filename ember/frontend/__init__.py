@@ -2,5 +2,6 @@
 
 from ember.frontend.onnx import from_onnx
 from ember.frontend.pytorch import from_pytorch
+from ember.frontend.tflite import from_tflite
 
-__all__ = ["from_onnx", "from_pytorch"]
+__all__ = ["from_onnx", "from_pytorch", "from_tflite"]
