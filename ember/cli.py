@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from ember.cli_commands import compile as compile_command
 from ember.cli_commands import info as info_command
+from ember.cli_commands import quantize as quantize_command
 from ember.cli_commands import records as records_command
 from ember.cli_commands import rpc as rpc_command
 from ember.cli_commands import run as run_command
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     info_command.add_parser(commands)
     compile_command.add_parser(commands)
     run_command.add_parser(commands)
+    quantize_command.add_parser(commands)
     records_command.add_parser(commands)
     tasks_command.add_parser(commands)
     tune_command.add_parser(commands)

@@ -43,7 +43,7 @@ from ember.graph.ir import Graph, Params, Value
 from ember.graph.verify import verify
 
 # Converter families register themselves on import; one not written yet is absent.
-for _family in ("math", "nn", "tensor", "reduce"):
+for _family in ("math", "nn", "tensor", "reduce", "quantize"):
     try:
         importlib.import_module(f"ember.frontend.onnx.{_family}")
     except ModuleNotFoundError as _error:
