@@ -191,6 +191,15 @@ def check_tflite_model(name: str, options: dict[str, object], work: Path) -> Non
     assert_matches(ours, {f"output_{i}": want for i, want in enumerate(theirs)})
 
 
+@pytest.mark.parametrize("name", test_tflite.INT8_CASES)
+def test_int8_tflite_model_compiles_within_one_step_of_litert(name: str, tmp_path: Path) -> None:
+    model, inputs, _ = test_tflite.CASES[name]()
+    path = tmp_path / f"{name}.tflite"
+    path.write_bytes(model.build())
+    ours = compile_and_run(str(path), inputs, tmp_path)
+    test_tflite.assert_within_one_step(ours, test_tflite.run_litert(model.build(), inputs))
+
+
 @pytest.mark.parametrize("name", list(test_tflite.SMALL))
 def test_tflite_model_matches_litert(name: str, tmp_path: Path) -> None:
     check_tflite_model(name, test_tflite.SMALL[name], tmp_path)

@@ -80,13 +80,27 @@ class TFLiteModel:
 
     # -- tensors ---------------------------------------------------------------------
 
-    def tensor(self, name: str, shape: Sequence[int], dtype: str = "float32") -> int:
-        """An activation: no data of its own."""
-        self._tensors.append(_Tensor(name, tuple(int(d) for d in shape), dtype, 0))
+    def tensor(
+        self,
+        name: str,
+        shape: Sequence[int],
+        dtype: str = "float32",
+        quantization: tuple[Sequence[float], Sequence[int], int] | None = None,
+    ) -> int:
+        """An activation: no data of its own; `quantization` (scales, zero points,
+        quantized dimension) for integer activations."""
+        quant = _quantization(quantization)
+        self._tensors.append(_Tensor(name, tuple(int(d) for d in shape), dtype, 0, quant))
         return len(self._tensors) - 1
 
-    def input(self, name: str, shape: Sequence[int], dtype: str = "float32") -> int:
-        index = self.tensor(name, shape, dtype)
+    def input(
+        self,
+        name: str,
+        shape: Sequence[int],
+        dtype: str = "float32",
+        quantization: tuple[Sequence[float], Sequence[int], int] | None = None,
+    ) -> int:
+        index = self.tensor(name, shape, dtype, quantization)
         self._inputs.append(index)
         return index
 
@@ -104,10 +118,7 @@ class TFLiteModel:
         array = np.ascontiguousarray(array)
         self._buffers.append(array.tobytes())
         dtype = "bool" if array.dtype == np.bool_ else str(array.dtype)
-        quant = None
-        if quantization is not None:
-            scales, zeros, axis = quantization
-            quant = (np.asarray(scales, np.float32), np.asarray(zeros, np.int64), axis)
+        quant = _quantization(quantization)
         self._tensors.append(_Tensor(name, array.shape, dtype, len(self._buffers) - 1, quant))
         return len(self._tensors) - 1
 
@@ -123,11 +134,13 @@ class TFLiteModel:
         output_shape: Sequence[int],
         options: str | None = None,
         output_dtype: str = "float32",
+        output_quantization: tuple[Sequence[float], Sequence[int], int] | None = None,
         **fields: object,
     ) -> int:
         """Apply builtin operator `op` ("CONV_2D"); returns its (one) output tensor.
         An input of -1 is an omitted optional input."""
-        output = self.tensor(f"{op.lower()}_{len(self._operators)}", output_shape, output_dtype)
+        name = f"{op.lower()}_{len(self._operators)}"
+        output = self.tensor(name, output_shape, output_dtype, output_quantization)
         self.operator_multi(op, inputs, [output], options, **fields)
         return output
 
@@ -236,6 +249,15 @@ class TFLiteModel:
             )
             tflite.OperatorAddBuiltinOptions(builder, options)
         return tflite.OperatorEnd(builder)
+
+
+def _quantization(
+    given: tuple[Sequence[float], Sequence[int], int] | None,
+) -> tuple[np.ndarray, np.ndarray, int] | None:
+    if given is None:
+        return None
+    scales, zeros, axis = given
+    return np.asarray(scales, np.float32), np.asarray(zeros, np.int64), axis
 
 
 def _offsets(builder: flatbuffers.Builder, start: object, offsets: Sequence[int]) -> int:

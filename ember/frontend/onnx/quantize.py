@@ -23,16 +23,8 @@ import numpy as np
 from ember.errors import ModelLoadError, UnsupportedOperatorError
 from ember.frontend.onnx.registry import ConversionContext, OnnxNode, converter, dtype_from_onnx
 from ember.frontend.onnx.tensor import normalize_axis, reshape_to
-from ember.graph.ir import NoAttrs, Value
-from ember.graph.ops.attrs import CastAttrs, ClipAttrs
-
-# The integer types Q/DQ quantize to, with their ranges.
-QUANTIZED_RANGES = {
-    "uint8": (0, 255),
-    "int8": (-128, 127),
-    "uint16": (0, 65535),
-    "int16": (-32768, 32767),
-}
+from ember.frontend.quantization import QUANTIZED_RANGES, dequantize_value, quantize_value
+from ember.graph.ir import Value
 
 
 def _per_axis(
@@ -63,12 +55,6 @@ def _check_blocks(node: OnnxNode) -> None:
         raise UnsupportedOperatorError(f"{node.where}: blocked quantization is not supported")
 
 
-def _as_float(ctx: ConversionContext, value: Value, name: str) -> Value:
-    if value.dtype == "float32":
-        return value
-    return ctx.builder.add("cast", [value], CastAttrs("float32"), name)
-
-
 @converter("QuantizeLinear")
 def convert_quantize(ctx: ConversionContext, node: OnnxNode) -> Sequence[Value | None]:
     _check_blocks(node)
@@ -87,21 +73,10 @@ def convert_quantize(ctx: ConversionContext, node: OnnxNode) -> Sequence[Value |
         )
     if x.dtype != "float32":
         raise UnsupportedOperatorError(f"{node.where}: input of {x.dtype}; Ember quantizes float32")
-    name = node.name
-    scaled = ctx.builder.add(
-        "divide", [x, _per_axis(ctx, node, scale, x, "scale")], NoAttrs(), f"{name}_scaled"
-    )
-    rounded = ctx.builder.add("round", [scaled], NoAttrs(), f"{name}_rounded")
+    scale = _per_axis(ctx, node, scale, x, "scale")
     if zero_point is not None:
-        offset = _as_float(
-            ctx, _per_axis(ctx, node, zero_point, x, "zero_point"), f"{name}_zp_float"
-        )
-        rounded = ctx.builder.add("add", [rounded, offset], NoAttrs(), f"{name}_shifted")
-    low, high = QUANTIZED_RANGES[dtype]
-    clipped = ctx.builder.add(
-        "clip", [rounded], ClipAttrs(float(low), float(high)), f"{name}_saturated"
-    )
-    return [ctx.builder.add("cast", [clipped], CastAttrs(dtype), name)]
+        zero_point = _per_axis(ctx, node, zero_point, x, "zero_point")
+    return [quantize_value(ctx.builder, x, scale, zero_point, dtype, node.name)]
 
 
 @converter("DequantizeLinear")
@@ -114,18 +89,12 @@ def convert_dequantize(ctx: ConversionContext, node: OnnxNode) -> Sequence[Value
             f"{node.where}: dequantizing {x.dtype} is not supported (Ember dequantizes "
             f"{', '.join((*QUANTIZED_RANGES, 'int32'))})"
         )
-    name = node.name
-    value = _as_float(ctx, x, f"{name}_float")
     if zero_point is not None and not _is_zero(ctx, zero_point):
-        offset = _as_float(
-            ctx, _per_axis(ctx, node, zero_point, x, "zero_point"), f"{name}_zp_float"
-        )
-        value = ctx.builder.add("subtract", [value, offset], NoAttrs(), f"{name}_centred")
-    return [
-        ctx.builder.add(
-            "multiply", [value, _per_axis(ctx, node, scale, x, "scale")], NoAttrs(), name
-        )
-    ]
+        zero_point = _per_axis(ctx, node, zero_point, x, "zero_point")
+    else:
+        zero_point = None
+    scale = _per_axis(ctx, node, scale, x, "scale")
+    return [dequantize_value(ctx.builder, x, scale, zero_point, node.name)]
 
 
 def _is_zero(ctx: ConversionContext, value: Value) -> bool:

@@ -6,14 +6,22 @@ The steps, in order, each failing with an `EmberError` that says what to fix:
 1. read the file (or bytes) and check the schema's identifier ("TFL3");
 2. name every operator (builtin code, or the custom code of a custom operator) and
    report all unsupported ones in one error, with counts;
-3. refuse quantized models (int8/uint8 activations, or quantized weights read by
-   anything but DEQUANTIZE): Ember imports float32 models, with float16 or int8
-   weights that a DEQUANTIZE turns into float32 (folded at import);
+3. check that every integer activation carries its quantization parameters;
 4. constant tensors become params (under the tensor's name) when first read; the
    subgraph's inputs become graph inputs, in NHWC as the model has them;
 5. convert the operators in order through one `GraphBuilder` with constant folding
    on, checking each output against the shape and dtype the model declares;
 6. give the outputs the model's output tensor names and verify.
+
+Quantized models (full-integer: int8 or uint8 activations, int8 weights with a scale
+per output channel, int32 biases; also int16 activations) run each operator as its
+float form between a dequantize of its quantized inputs and a quantize of its
+quantized outputs (`ember.frontend.quantization`: round half to even, saturate).
+Dequantized weights and biases fold into float params at import. For operators that
+only move values (reshapes, pools, concatenations on one grid) this is exact; for
+arithmetic, LiteRT's fixed-point requantization can round a value on the edge of a
+step the other way, so outputs agree within one quantization step. Integer kernels
+that run the quantized operators as integer arithmetic are a later step.
 
 The flatbuffer is read with the `tflite` package (the schema's generated reader).
 """
@@ -31,6 +39,12 @@ import numpy as np
 
 from ember.errors import EmberError, ModelLoadError, UnsupportedOperatorError
 from ember.frontend.naming import build_with_output_names
+from ember.frontend.quantization import (
+    QUANTIZED_RANGES,
+    dequantize_value,
+    quantization_constants,
+    quantize_value,
+)
 from ember.frontend.tflite.registry import CONVERTERS, TFLiteNode
 from ember.graph.builder import GraphBuilder
 from ember.graph.ir import Graph, Params, TensorType, Value
@@ -47,7 +61,6 @@ _DTYPES = {
     0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16",
     9: "int8", 10: "float64", 12: "uint64", 15: "uint32", 16: "uint16",
 }  # fmt: skip
-_QUANTIZED_ACTIVATIONS = {"int8", "uint8", "int16"}
 
 
 def _tflite() -> Any:
@@ -85,7 +98,7 @@ def from_tflite(model: str | os.PathLike[str] | bytes) -> tuple[Graph, Params]:
         _tensor_info(tflite, root, subgraph.Tensors(i), data, origin)
         for i in range(subgraph.TensorsLength())
     ]
-    _check_not_quantized(origin, tensors, operators, op_names)
+    _check_quantization(origin, tensors)
 
     builder = GraphBuilder(
         name=Path(origin).stem if origin != "<bytes>" else "tflite", fold_constants=True
@@ -113,14 +126,30 @@ def from_tflite(model: str | os.PathLike[str] | bytes) -> tuple[Graph, Params]:
         name = op_names[op.OpcodeIndex()]
         in_indices = _vector(op.InputsAsNumpy, op.InputsLength())
         out_indices = _vector(op.OutputsAsNumpy, op.OutputsLength())
+        # Quantized operators run as their float form between a dequantize of their
+        # quantized inputs and a quantize of their quantized outputs (module docstring);
+        # QUANTIZE and DEQUANTIZE are those steps themselves.
+        emulate = name not in ("QUANTIZE", "DEQUANTIZE")
+        inputs = []
+        for i in in_indices:
+            value = value_of(i)
+            if emulate and value is not None and _is_quantized(tensors[i]):
+                value = _dequantized(builder, value, tensors[i])
+            inputs.append(value)
         node = TFLiteNode(
             op=name,
             index=position,
-            inputs=[value_of(i) for i in in_indices],
-            output_types=[tensors[i].type for i in out_indices],
+            inputs=inputs,
+            output_types=[
+                TensorType(tensors[i].type.shape, "float32")
+                if emulate and _is_quantized(tensors[i])
+                else tensors[i].type
+                for i in out_indices
+            ],
             options=_options(tflite, op),
             builder=builder,
             quantization=[tensors[i].quantization if i >= 0 else None for i in in_indices],
+            output_quantization=[tensors[i].quantization for i in out_indices],
         )
         results = CONVERTERS[name](node)
         if len(results) != len(out_indices):
@@ -129,11 +158,14 @@ def from_tflite(model: str | os.PathLike[str] | bytes) -> tuple[Graph, Params]:
                 f"{len(out_indices)}"
             )
         for index, value in zip(out_indices, results, strict=True):
-            declared = tensors[index].type
-            if value.shape != declared.shape or value.dtype != declared.dtype:
+            info = tensors[index]
+            if emulate and _is_quantized(info):
+                value = quantize_value(builder, value, *_parameters(builder, info), info.type.dtype,
+                                       builder.fresh_name(f"{info.name}_q"), half_away=True)  # fmt: skip
+            if value.shape != info.type.shape or value.dtype != info.type.dtype:
                 raise ModelLoadError(
-                    f"{node.where}: output {tensors[index].name!r} converted to {value.type}, the "
-                    f"model declares {declared}"
+                    f"{node.where}: output {info.name!r} converted to {value.type}, the "
+                    f"model declares {info.type}"
                 )
             env[index] = value
     outputs = [(tensors[i].name, value_of(i)) for i in output_indices]
@@ -224,29 +256,30 @@ def _tensor_info(tflite: Any, root: Any, tensor: Any, data: bytes, origin: str) 
     return _TensorInfo(name, TensorType(shape, dtype), array, quantization)
 
 
-def _check_not_quantized(
-    origin: str, tensors: list[_TensorInfo], operators: list[Any], op_names: list[str]
-) -> None:
-    """Quantized arithmetic is the next issue's; float models with quantized weights
-    (dequantized at import) are fine."""
-    for op in operators:
-        name = op_names[op.OpcodeIndex()]
-        for index in _vector(op.InputsAsNumpy, op.InputsLength()):
-            if index < 0:
-                continue
-            info = tensors[index]
-            activation = info.data is None and info.type.dtype in _QUANTIZED_ACTIVATIONS
-            quantized_weight = (
-                info.data is not None and info.quantization is not None and name != "DEQUANTIZE"
+def _check_quantization(origin: str, tensors: list[_TensorInfo]) -> None:
+    """Integer activations must carry their scale and zero point (what they stand for)."""
+    for info in tensors:
+        if info.data is None and info.type.dtype in QUANTIZED_RANGES and info.quantization is None:
+            raise UnsupportedOperatorError(
+                f"{origin}: tensor {info.name!r} is {info.type.dtype} without quantization "
+                "parameters; Ember reads integer activations as quantized values only"
             )
-            if activation or quantized_weight or name == "QUANTIZE":
-                parameters = " with quantization parameters" if info.quantization else ""
-                raise UnsupportedOperatorError(
-                    f"{origin}: quantized model ({name} reads {info.type.dtype} tensor "
-                    f"{info.name!r}{parameters}): Ember imports float32 TFLite models (float16 "
-                    "or int8 weights dequantized at import); quantized (int8) inference is not "
-                    "supported yet"
-                )
+
+
+def _is_quantized(info: _TensorInfo) -> bool:
+    """A tensor of integers standing for real values (an int32 bias counts)."""
+    return info.quantization is not None and info.type.dtype in (*QUANTIZED_RANGES, "int32")
+
+
+def _parameters(builder: GraphBuilder, info: _TensorInfo) -> tuple[Value, Value | None]:
+    assert info.quantization is not None
+    scales, zeros, axis = info.quantization
+    return quantization_constants(builder, scales, zeros, axis, len(info.type.shape))
+
+
+def _dequantized(builder: GraphBuilder, value: Value, info: _TensorInfo) -> Value:
+    name = builder.fresh_name(f"{info.name}_dq")
+    return dequantize_value(builder, value, *_parameters(builder, info), name)
 
 
 def _options(tflite: Any, op: Any) -> object | None:

@@ -34,8 +34,10 @@ class TFLiteNode:
     output_types: list[TensorType]
     options: object | None
     builder: GraphBuilder
-    # Per input: (scales, zero points, quantized dimension) of a quantized tensor.
+    # Per input and output: (scales, zero points, quantized dimension) of a quantized
+    # tensor, else None.
     quantization: list[tuple[np.ndarray, np.ndarray, int] | None]
+    output_quantization: list[tuple[np.ndarray, np.ndarray, int] | None]
 
     @property
     def name(self) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ember.frontend.quantization import dequantize_value, quantization_constants, quantize_value
 from ember.frontend.tflite.registry import TFLiteNode, converter, unsupported
 from ember.graph.ir import Value
 from ember.graph.ops.attrs import (
@@ -169,19 +170,30 @@ def convert_cast(node: TFLiteNode) -> list[Value]:
 
 @converter("DEQUANTIZE")
 def convert_dequantize(node: TFLiteNode) -> list[Value]:
-    """A float16 weight to float32, or an int8 weight with its scales and zero points
-    ((q - zero point) * scale, per the quantized dimension) to float32: folded into a
-    param at import. Quantized activations are refused by the loader."""
+    """To float32: a float16 tensor by a cast, an integer one by its scales and zero
+    points ((q - zero point) * scale, per the quantized dimension). On a constant
+    weight it folds into a float32 param at import."""
     data = node.input(0)
-    array = node.builder.constant_value(data)
-    if array is None:
-        raise unsupported(node, "dequantizing a computed tensor (a quantized model)")
     quantization = node.quantization[0]
     if quantization is None:
-        return [node.builder.param(f"{data.name}_f32", array.astype(np.float32))]
-    scales, zeros, axis = quantization
-    shape = [1] * array.ndim
-    if scales.size > 1:
-        shape[axis] = scales.size
-    real = (array.astype(np.float32) - zeros.reshape(shape)) * scales.reshape(shape)
-    return [node.builder.param(f"{data.name}_f32", real.astype(np.float32))]
+        if data.dtype != "float16":
+            raise unsupported(node, f"dequantizing {data.dtype} without quantization parameters")
+        return [node.add("cast", [data], CastAttrs("float32"))]
+    scale, zero = quantization_constants(node.builder, *quantization, data.type.ndim)
+    return [dequantize_value(node.builder, data, scale, zero, node.name)]
+
+
+@converter("QUANTIZE")
+def convert_quantize(node: TFLiteNode) -> list[Value]:
+    """Float32 to the output's grid; or integers from one grid to another (a
+    requantize: dequantized, then quantized again)."""
+    data = node.input(0)
+    out = node.output_quantization[0]
+    if out is None:
+        raise unsupported(node, "output without quantization parameters")
+    if node.quantization[0] is not None:
+        scale, zero = quantization_constants(node.builder, *node.quantization[0], data.type.ndim)
+        data = dequantize_value(node.builder, data, scale, zero, f"{node.name}_dq")
+    scale, zero = quantization_constants(node.builder, *out, data.type.ndim)
+    dtype = node.output_types[0].dtype
+    return [quantize_value(node.builder, data, scale, zero, dtype, node.name, half_away=True)]
