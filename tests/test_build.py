@@ -63,6 +63,19 @@ def test_a_tiny_graph_runs_like_the_interpreter() -> None:
     check_against_interpreter(*dense_graph())
 
 
+def test_a_scalar_reduction_read_elementwise() -> None:
+    """A reduction over every axis (a 0-d tensor) read by an elementwise stage: the
+    default schedule has no tile to put the scalar in and must not look for one (an
+    ONNX DynamicQuantizeLinear computes its scale so)."""
+    from ember.graph.ops.attrs import ReduceAttrs
+
+    b = GraphBuilder("scalar")
+    x = b.input("x", (3, 5))
+    top = b.add("reduce_max", [x], ReduceAttrs((0, 1), keepdims=False))
+    scaled = b.add("divide", [top, b.constant(np.asarray(255.0, np.float32))])
+    check_against_interpreter(*b.build([b.add("add", [scaled, b.constant(np.float32(1))])]))
+
+
 @pytest.mark.parametrize(
     ("name", "image_shape"),
     [

@@ -259,8 +259,10 @@ def _anchor_of(state: State, output: Tensor) -> Tensor | None:
     if stage.is_placeholder:
         return None
     op = stage.compute_op
+    if not op.axes:
+        return None  # a scalar (a reduction over everything, what reads it): no tile
     if isinstance(op.body, Reduce):
-        return output if op.axes else None
+        return output
     own = tuple(axis.var for axis in op.axes)
     candidates = []
     for read in expanded_reads(state, index):

@@ -12,13 +12,19 @@ import onnx
 import pytest
 import test_torch_export as zoo
 from onnx_models import check_one_node, one_node_model
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization import (
+    CalibrationDataReader,
+    QuantFormat,
+    QuantType,
+    quantize_dynamic,
+    quantize_static,
+)
 
 from ember.cli import main
 from ember.errors import UnsupportedOperatorError
 from ember.frontend import from_onnx
 from ember.graph import interpret
-from ember.testing.oracle import check_against_onnxruntime, run_onnxruntime
+from ember.testing.oracle import ATOL, RTOL, check_against_onnxruntime, run_onnxruntime
 
 
 def _values(*shape: int) -> np.ndarray:
@@ -100,14 +106,22 @@ class _Calibration(CalibrationDataReader):
         return next(self._items, None)
 
 
-def quantized_zoo_model(name: str, work: Path, activations: QuantType) -> tuple[Path, dict]:
-    """The zoo network exported to ONNX and quantized as ORT's tool does it (QDQ, int8
-    per-channel weights, calibrated on random images)."""
+def quantized_zoo_model(
+    name: str, work: Path, activations: QuantType, form: str = "qdq"
+) -> tuple[Path, dict[str, np.ndarray]]:
+    """The zoo network exported to ONNX and quantized as ORT's tool does it: static
+    (int8 per-channel weights, calibrated on random inputs) as Q/DQ pairs ("qdq") or
+    quantized operators ("qoperator"), or dynamic ("dynamic": MatMulInteger /
+    ConvInteger behind DynamicQuantizeLinear)."""
     inputs = zoo.case_inputs(name, 1)
     float_path, quantized_path = work / "float.onnx", work / "int8.onnx"
     onnx.save(zoo.exported(name, 1), float_path)
+    if form == "dynamic":
+        quantize_dynamic(str(float_path), str(quantized_path), weight_type=QuantType.QInt8)
+        return quantized_path, inputs
     quantize_static(
-        str(float_path), str(quantized_path), _Calibration(inputs), quant_format=QuantFormat.QDQ,
+        str(float_path), str(quantized_path), _Calibration(inputs),
+        quant_format=QuantFormat.QDQ if form == "qdq" else QuantFormat.QOperator,
         per_channel=True, activation_type=activations, weight_type=QuantType.QInt8,
     )  # fmt: skip
     return quantized_path, inputs
@@ -129,28 +143,47 @@ def _output_step(model: onnx.ModelProto) -> float:
     return float(np.max(scales[last.input[1]]))
 
 
-QDQ = [("resnet_v1_basic", QuantType.QUInt8), ("mobilenet_v2", QuantType.QInt8),
-       ("efficientnet", QuantType.QUInt8), ("inception_v3", QuantType.QInt8)]  # fmt: skip
+QUANTIZED = [
+    ("resnet_v1_basic", QuantType.QUInt8, "qdq"),
+    ("mobilenet_v2", QuantType.QInt8, "qdq"),
+    ("efficientnet", QuantType.QUInt8, "qdq"),
+    ("inception_v3", QuantType.QInt8, "qdq"),
+    ("resnet_v1_basic", QuantType.QUInt8, "qoperator"),
+    ("efficientnet", QuantType.QUInt8, "qoperator"),
+    ("inception_v3", QuantType.QUInt8, "qoperator"),
+    ("mobilenet_v3", QuantType.QUInt8, "qoperator"),
+    ("bert", QuantType.QUInt8, "dynamic"),
+    ("vit", QuantType.QUInt8, "dynamic"),
+    ("resnet_v1_basic", QuantType.QUInt8, "dynamic"),
+]
+
+
+def _case_id(case: tuple[str, QuantType, str]) -> str:
+    return f"{case[0]}-{case[2]}-{case[1].name}"
 
 
 @pytest.mark.filterwarnings("ignore")
-@pytest.mark.parametrize(("name", "activations"), QDQ, ids=[f"{n}-{a.name}" for n, a in QDQ])
-def test_quantize_static_model_matches_onnxruntime(
-    name: str, activations: QuantType, tmp_path: Path
+@pytest.mark.parametrize("case", QUANTIZED, ids=_case_id)
+def test_quantized_model_matches_onnxruntime(
+    case: tuple[str, QuantType, str], tmp_path: Path
 ) -> None:
-    path, inputs = quantized_zoo_model(name, tmp_path, activations)
+    name, activations, form = case
+    path, inputs = quantized_zoo_model(name, tmp_path, activations, form)
     model = onnx.load(path)
-    assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) > 3
     graph, params = from_onnx(model)
     ours = interpret(graph, params, inputs)
     theirs = run_onnxruntime(model, inputs)
     for got, want in zip(ours.values(), theirs.values(), strict=True):
-        _within_one_step(got, want, _output_step(model))
+        if form == "dynamic":  # float outputs, quantized only inside: float tolerances
+            np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+        else:
+            _within_one_step(got, want, _output_step(model))
 
 
 @pytest.mark.filterwarnings("ignore")
-def test_quantized_model_compiles_and_runs(tmp_path: Path) -> None:
-    path, inputs = quantized_zoo_model("mobilenet_v2", tmp_path, QuantType.QUInt8)
+@pytest.mark.parametrize("form", ["qdq", "qoperator", "dynamic"])
+def test_quantized_model_compiles_and_runs(form: str, tmp_path: Path) -> None:
+    path, inputs = quantized_zoo_model("mobilenet_v2", tmp_path, QuantType.QUInt8, form)
     artifact, feeds, saved = tmp_path / "q.tar", tmp_path / "in.npz", tmp_path / "out.npz"
     assert main(["compile", str(path), "-o", str(artifact)]) == 0
     np.savez(feeds, **inputs)
@@ -158,7 +191,10 @@ def test_quantized_model_compiles_and_runs(tmp_path: Path) -> None:
     model = onnx.load(path)
     want = next(iter(run_onnxruntime(model, inputs).values()))
     with np.load(saved) as data:
-        _within_one_step(data["output_0"], want, _output_step(model))
+        if form == "dynamic":
+            np.testing.assert_allclose(data["output_0"], want, rtol=RTOL, atol=ATOL)
+        else:
+            _within_one_step(data["output_0"], want, _output_step(model))
 
 
 # -- ember quantize ------------------------------------------------------------------------
@@ -200,3 +236,23 @@ def test_ember_quantize_checks_the_calibration_file(
     np.savez(tmp_path / "shape.npz", input=np.zeros((2, 3, 16, 16), np.float32))
     assert main(["quantize", str(float_path), "--calibration", str(tmp_path / "shape.npz")]) == 2
     assert "samples along the first axis" in capsys.readouterr().err
+
+
+def test_channels_last_quantized_pooling_is_refused() -> None:
+    from onnx import TensorProto, helper
+
+    node = helper.make_node(
+        "QLinearGlobalAveragePool", ["x", "s", "z", "s", "z"], ["y"], domain="com.microsoft",
+        channels_last=1,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4, 4, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 1, 1, 3])],
+        [onnx.numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+         onnx.numpy_helper.from_array(np.array(3, np.uint8), "z")],
+    )  # fmt: skip
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    with pytest.raises(UnsupportedOperatorError, match="channels_last"):
+        from_onnx(model)

@@ -36,6 +36,7 @@ from ember.frontend.onnx.registry import (
     CONVERTERS,
     ConversionContext,
     OnnxNode,
+    converter_key,
     dtype_from_onnx,
 )
 from ember.graph.builder import GraphBuilder
@@ -257,8 +258,9 @@ def check_supported(graph: onnx.GraphProto) -> None:
 def _unsupported_key(node: onnx.NodeProto) -> str | None:
     """How an unsupported node is listed (domain-qualified outside the default domain),
     or None if Ember can convert it."""
+    key = converter_key(node.domain, node.op_type)
     if node.domain not in DEFAULT_DOMAINS:
-        return f"{node.domain}.{node.op_type}"
+        return None if key in CONVERTERS else key
     carries_graph = any(
         attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
         for attr in node.attribute
@@ -278,6 +280,8 @@ def check_nodes(proto: onnx.ModelProto) -> None:
     context.ir_version = proto.ir_version
     context.opset_imports = {entry.domain: entry.version for entry in proto.opset_import}
     for index, node in enumerate(proto.graph.node):
+        if node.domain not in DEFAULT_DOMAINS:
+            continue  # ONNX's checker knows only its own domains' schemas
         try:
             onnx.checker.check_node(node, context)
         except onnx.checker.ValidationError as error:
@@ -479,7 +483,7 @@ def _convert_node(
         domain=proto.domain,
     )
     try:
-        results = list(CONVERTERS[proto.op_type](ctx, node))
+        results = list(CONVERTERS[converter_key(proto.domain, proto.op_type)](ctx, node))
     except EmberError as error:
         message = str(error)
         if name in message:

@@ -135,14 +135,26 @@ Converter = Callable[[ConversionContext, OnnxNode], Sequence[Value | None]]
 CONVERTERS: dict[str, Converter] = {}
 
 
-def converter(*op_types: str) -> Callable[[Converter], Converter]:
-    """Register a function as the converter for the given ONNX op types (domain "")."""
+# Operators outside the default domain that Ember converts (ONNX Runtime's quantized
+# operators) are keyed "domain.OpType".
+MICROSOFT_DOMAIN = "com.microsoft"
+
+
+def converter_key(domain: str, op_type: str) -> str:
+    """How the table names an operator: the op type in the default domain ("" or
+    "ai.onnx"), else "domain.OpType"."""
+    return op_type if domain in ("", "ai.onnx") else f"{domain}.{op_type}"
+
+
+def converter(*op_types: str, domain: str = "") -> Callable[[Converter], Converter]:
+    """Register a function as the converter for the given ONNX op types of `domain`."""
 
     def register(fn: Converter) -> Converter:
         for op_type in op_types:
-            if op_type in CONVERTERS:
-                raise ValueError(f"ONNX op {op_type!r} has two converters")
-            CONVERTERS[op_type] = fn
+            key = converter_key(domain, op_type)
+            if key in CONVERTERS:
+                raise ValueError(f"ONNX op {key!r} has two converters")
+            CONVERTERS[key] = fn
         return fn
 
     return register

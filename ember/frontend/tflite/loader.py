@@ -160,8 +160,10 @@ def from_tflite(model: str | os.PathLike[str] | bytes) -> tuple[Graph, Params]:
         for index, value in zip(out_indices, results, strict=True):
             info = tensors[index]
             if emulate and _is_quantized(info):
-                value = quantize_value(builder, value, *_parameters(builder, info), info.type.dtype,
-                                       builder.fresh_name(f"{info.name}_q"), half_away=True)  # fmt: skip
+                scale, zero = _parameters(builder, info)
+                q_name = builder.fresh_name(f"{info.name}_q")
+                dtype = info.type.dtype
+                value = quantize_value(builder, value, scale, zero, dtype, q_name, half_away=True)
             if value.shape != info.type.shape or value.dtype != info.type.dtype:
                 raise ModelLoadError(
                     f"{node.where}: output {info.name!r} converted to {value.type}, the "
