@@ -25,7 +25,7 @@ from ember.graph.ir import (
     remove_dead_nodes,
     rename_values,
 )
-from ember.graph.ops.attrs import ReshapeAttrs, TransposeAttrs
+from ember.graph.ops.attrs import ClipAttrs, ReshapeAttrs, TransposeAttrs
 from ember.graph.passes.rewrite import keeps_element_order, make_node
 
 
@@ -144,6 +144,57 @@ def _power_of_constant_exponent(node: Node, context: Context) -> Value | Rewrite
     return None
 
 
+def _integer_round_trip(node: Node, context: Context) -> Value | None:
+    """cast(cast(x, integer type), type of x) -> x where x is a float that is already an
+    integer within the integer type's range: a clip to integer bounds inside the range,
+    of a value built from round / floor / ceil / sign and integer constants. This is a
+    quantize followed by a dequantize (`ember.frontend.quantization`); without the
+    round trip through uint8 the whole chain stays float and fuses into the epilogue of
+    the operator before it. (A NaN stays NaN, where the casts would have made it 0.)"""
+    inner = context.producer(node.inputs[0], "cast")
+    if inner is None:
+        return None
+    (x,) = inner.inputs
+    integer = np.dtype(inner.output.dtype)
+    if x.type != node.output.type or not np.issubdtype(integer, np.integer):
+        return None
+    clip = context.producer(x, "clip")
+    if clip is None or not isinstance(clip.attrs, ClipAttrs):
+        return None
+    low, high = clip.attrs.low, clip.attrs.high
+    info = np.iinfo(integer)
+    if low is None or high is None or not (info.min <= low <= high <= info.max):
+        return None
+    if low != int(low) or high != int(high):
+        return None
+    return x if _is_integral(clip.inputs[0], context, depth=4) else None
+
+
+# Ops whose float result is an integer whenever their operands are.
+_INTEGRAL_ALWAYS = ("round", "floor", "ceil", "sign")
+_INTEGRAL_IF_OPERANDS = ("add", "subtract", "multiply", "negative", "abs", "clip")
+
+
+def _is_integral(value: Value, context: Context, depth: int) -> bool:
+    """Whether `value` holds integers (as floats): a finite integral constant, or a few
+    steps of integer-preserving ops from round / floor / ceil / sign."""
+    array = context.constant(value)
+    if array is not None:
+        return bool(np.all(np.isfinite(array)) and np.all(array == np.round(array)))
+    node = context.producers.get(value.name)
+    if node is None or depth == 0:
+        return False
+    if node.op in _INTEGRAL_ALWAYS:
+        return True
+    if node.op == "clip" and isinstance(node.attrs, ClipAttrs):
+        bounds = [b for b in (node.attrs.low, node.attrs.high) if b is not None]
+        if any(b != int(b) for b in bounds):
+            return False
+    return node.op in _INTEGRAL_IF_OPERANDS and all(
+        _is_integral(operand, context, depth - 1) for operand in node.inputs
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """A rewrite `apply` tried on every node of `op`."""
@@ -155,6 +206,7 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule("identity", _operand),  # identity(x) -> x
     Rule("cast", _operand_if_type_kept),  # cast(x: T, T) -> x
+    Rule("cast", _integer_round_trip),  # cast(cast(clip(round(x)), int8), float32) -> ...
     Rule("reshape", _operand_if_type_kept),  # reshape(x, shape(x)) -> x
     Rule("reshape", _merge_reshapes),  # reshape(reshape(x, s), t) -> reshape(x, t)
     Rule("transpose", _identity_transpose),  # transpose(x, (0, 1, ..., n-1)) -> x

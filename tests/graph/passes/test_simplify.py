@@ -169,6 +169,48 @@ def test_powers_of_constant_exponents_become_multiplies_and_roots(check_pass) ->
         np.testing.assert_allclose(got[name], want[name], rtol=3e-7, err_msg=name)
 
 
+def test_quantize_then_dequantize_stays_float(check_pass) -> None:
+    """The round trip through uint8 of a value already rounded and clipped to 0..255
+    goes; a cast of a value that may not be an integer, or not clipped into the
+    type's range, stays."""
+    from ember.graph.ops.attrs import ClipAttrs
+
+    b = GraphBuilder()
+    x = b.input("x", (2, 3))
+    zero_point = b.param("zp", np.array(3.0, "float32"))
+    rounded = b.add("round", [x], name="rounded")
+    shifted = b.add("add", [rounded, zero_point], name="shifted")
+    clipped = b.add("clip", [shifted], ClipAttrs(0.0, 255.0), name="clipped")
+    back = b.add("cast", [b.add("cast", [clipped], CastAttrs("uint8"), name="q")],
+                 CastAttrs("float32"), name="dq")  # fmt: skip
+    wide = b.add("clip", [shifted], ClipAttrs(0.0, 300.0), name="wide")
+    kept_range = b.add("cast", [b.add("cast", [wide], CastAttrs("uint8"), name="q_wide")],
+                       CastAttrs("float32"), name="dq_wide")  # fmt: skip
+    fraction = b.add("clip", [x], ClipAttrs(0.0, 255.0), name="fraction")
+    kept_fraction = b.add("cast", [b.add("cast", [fraction], CastAttrs("uint8"), name="q_frac")],
+                          CastAttrs("float32"), name="dq_frac")  # fmt: skip
+    graph, params = b.build([back, kept_range, kept_fraction])
+    check_pass(
+        simplify,
+        graph,
+        params,
+        expected="""
+        graph main(%x: float32[2, 3]) -> (%dq: float32[2, 3], %dq_wide: float32[2, 3], %dq_frac: float32[2, 3]) {
+          param %zp: float32[]
+          %rounded = round(%x) : float32[2, 3]
+          %shifted = add(%rounded, %zp) : float32[2, 3]
+          %dq = clip(%shifted) {low=0.0, high=255.0} : float32[2, 3]
+          %wide = clip(%shifted) {low=0.0, high=300.0} : float32[2, 3]
+          %q_wide = cast(%wide) {dtype="uint8"} : uint8[2, 3]
+          %dq_wide = cast(%q_wide) {dtype="float32"} : float32[2, 3]
+          %fraction = clip(%x) {low=0.0, high=255.0} : float32[2, 3]
+          %q_frac = cast(%fraction) {dtype="uint8"} : uint8[2, 3]
+          %dq_frac = cast(%q_frac) {dtype="float32"} : float32[2, 3]
+        }
+        """,  # noqa: E501
+    )
+
+
 def test_nodes_a_rewrite_adds_get_names_no_node_has(check_pass) -> None:
     # A node named like the name the square would take ("p.0") keeps its own.
     x = Value("x", TensorType((4,), "float32"))
