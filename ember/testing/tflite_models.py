@@ -37,25 +37,73 @@ INPUT_NAME = "input"
 class NetworkBuilder:
     """Layers on a `TFLiteModel`, each computing its output shape as TFLite does."""
 
-    def __init__(self, input_shape: Sequence[int], seed: int = 0, name: str = "network") -> None:
+    def __init__(self, input_shape: Sequence[int], seed: int = 0, name: str = "network",
+                 quantized: bool = False) -> None:  # fmt: skip
         self.model = TFLiteModel(description=name)
         self.rng = np.random.default_rng(seed)
+        self.quantized = quantized
+        self._grids: dict[int, tuple[float, int]] = {}
         self.input = self.model.input(INPUT_NAME, input_shape)
         self._count = 0
+        if quantized:  # float in, QUANTIZE, int8 throughout (activations in about -4..4)
+            self.input = self._op("QUANTIZE", [self.input], input_shape, grid=(8 / 255, 0))
 
     def shape(self, tensor: int) -> tuple[int, ...]:
         return self.model.shape_of(tensor)
 
-    def _weight(self, shape: Sequence[int], fan_in: int) -> int:
-        self._count += 1
-        scale = math.sqrt(2.0 / max(fan_in, 1))
-        array = (self.rng.standard_normal(shape) * scale).astype(np.float32)
-        return self.model.constant(f"weight_{self._count}", array)
+    def _op(
+        self,
+        op: str,
+        inputs: Sequence[int],
+        shape: Sequence[int],
+        options: str | None = None,
+        grid: tuple[float, int] | None = None,
+        **fields: object,
+    ) -> int:
+        """An operator; quantized, its output is int8 on `grid` (scale, zero point), by
+        default the grid its fused activation's range wants, or its first input's."""
+        if not self.quantized:
+            return self.model.operator(op, inputs, shape, options, **fields)  # type: ignore[arg-type]
+        if grid is None:
+            activation = str(fields.get("FusedActivationFunction"))
+            grid = _ACTIVATION_GRIDS.get(activation, self._grids.get(inputs[0], _LINEAR_GRID))
+        quantization = ([grid[0]], [grid[1]], 0)
+        out = self.model.operator(
+            op,
+            inputs,
+            shape,
+            options,
+            output_dtype="int8",
+            output_quantization=quantization,
+            **fields,
+        )
+        self._grids[out] = grid
+        return out
 
-    def _bias(self, channels: int) -> int:
+    def _weights(self, x: int, shape: Sequence[int], fan_in: int, axis: int) -> tuple[int, int]:
+        """Seeded weights (He's scale) and biases; quantized, int8 weights with a scale
+        per output channel (`axis`) and int32 biases on input scale x weight scale."""
         self._count += 1
-        array = (self.rng.standard_normal(channels) * 0.1).astype(np.float32)
-        return self.model.constant(f"bias_{self._count}", array)
+        weight = self.rng.standard_normal(shape) * math.sqrt(2.0 / max(fan_in, 1))
+        channels = shape[axis]
+        bias = self.rng.standard_normal(channels) * 0.1
+        if not self.quantized:
+            float_weight = self.model.constant(f"weight_{self._count}", weight.astype(np.float32))
+            return float_weight, self.model.constant(f"bias_{self._count}", bias.astype(np.float32))
+        others = tuple(a for a in range(len(shape)) if a != axis)
+        scales = np.maximum(np.abs(weight).max(axis=others), 1e-8) / 127
+        broadcast = [1] * len(shape)
+        broadcast[axis] = channels
+        quantized = np.round(weight / scales.reshape(broadcast)).astype(np.int8)
+        in_scale = self._grids[x][0]
+        bias_scales = in_scale * scales
+        weight_grid = (scales.tolist(), [0] * channels, axis)
+        bias_grid = (bias_scales.tolist(), [0] * channels, 0)
+        bias_q = np.round(bias / bias_scales).astype(np.int32)
+        return (
+            self.model.constant(f"weight_{self._count}", quantized, quantization=weight_grid),
+            self.model.constant(f"bias_{self._count}", bias_q, quantization=bias_grid),
+        )
 
     @staticmethod
     def _same(size: int, stride: int) -> int:
@@ -65,37 +113,37 @@ class NetworkBuilder:
              activation: str = "RELU6", padding: str = "SAME") -> int:  # fmt: skip
         kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
         n, h, w, c = self.shape(x)
-        weight = self._weight((channels, kh, kw, c), kh * kw * c)
+        weight, bias = self._weights(x, (channels, kh, kw, c), kh * kw * c, 0)
         if padding == "SAME":
             out_h, out_w = self._same(h, stride), self._same(w, stride)
         else:
             out_h, out_w = (h - kh) // stride + 1, (w - kw) // stride + 1
-        return self.model.operator(
-            "CONV_2D", [x, weight, self._bias(channels)], (n, out_h, out_w, channels),
+        return self._op(
+            "CONV_2D", [x, weight, bias], (n, out_h, out_w, channels),
             "Conv2DOptions", Padding=padding, StrideW=stride, StrideH=stride,
             FusedActivationFunction=activation,
         )  # fmt: skip
 
     def depthwise(self, x: int, kernel: int = 3, stride: int = 1, activation: str = "RELU6") -> int:
         n, h, w, c = self.shape(x)
-        weight = self._weight((1, kernel, kernel, c), kernel * kernel)
+        weight, bias = self._weights(x, (1, kernel, kernel, c), kernel * kernel, 3)
         shape = (n, self._same(h, stride), self._same(w, stride), c)
-        return self.model.operator(
-            "DEPTHWISE_CONV_2D", [x, weight, self._bias(c)], shape, "DepthwiseConv2DOptions",
+        return self._op(
+            "DEPTHWISE_CONV_2D", [x, weight, bias], shape, "DepthwiseConv2DOptions",
             Padding="SAME", StrideW=stride, StrideH=stride, DepthMultiplier=1,
             FusedActivationFunction=activation,
         )  # fmt: skip
 
     def add(self, a: int, b: int, activation: str = "NONE") -> int:
-        return self.model.operator("ADD", [a, b], self.shape(a), "AddOptions",
-                                   FusedActivationFunction=activation)  # fmt: skip
+        return self._op("ADD", [a, b], self.shape(a), "AddOptions",
+                        FusedActivationFunction=activation)  # fmt: skip
 
     def mul(self, a: int, b: int) -> int:
         shape = np.broadcast_shapes(self.shape(a), self.shape(b))
-        return self.model.operator("MUL", [a, b], shape, "MulOptions")
+        return self._op("MUL", [a, b], shape, "MulOptions", grid=_LINEAR_GRID)
 
     def unary(self, op: str, x: int) -> int:
-        return self.model.operator(op, [x], self.shape(x))
+        return self._op(op, [x], self.shape(x), grid=_UNARY_GRIDS.get(op))
 
     def mean(self, x: int, axes: Sequence[int], keep: bool = False) -> int:
         shape = self.shape(x)
@@ -106,34 +154,34 @@ class NetworkBuilder:
         )
         axis_tensor = self.model.constant(f"axes_{self._count}", np.asarray(axes, np.int32))
         self._count += 1
-        return self.model.operator("MEAN", [x, axis_tensor], out, "ReducerOptions", KeepDims=keep)
+        return self._op("MEAN", [x, axis_tensor], out, "ReducerOptions", KeepDims=keep)
 
     def fully_connected(self, x: int, units: int, activation: str = "NONE") -> int:
         rows, features = self.shape(x)
-        weight = self._weight((units, features), features)
-        return self.model.operator(
-            "FULLY_CONNECTED", [x, weight, self._bias(units)], (rows, units),
+        weight, bias = self._weights(x, (units, features), features, 0)
+        return self._op(
+            "FULLY_CONNECTED", [x, weight, bias], (rows, units),
             "FullyConnectedOptions", FusedActivationFunction=activation,
         )  # fmt: skip
 
     def reshape(self, x: int, shape: Sequence[int]) -> int:
         target = self.model.constant(f"shape_{self._count}", np.asarray(shape, np.int32))
         self._count += 1
-        return self.model.operator("RESHAPE", [x, target], tuple(shape), "ReshapeOptions",
-                                   NewShape=list(shape))  # fmt: skip
+        return self._op("RESHAPE", [x, target], tuple(shape), "ReshapeOptions",
+                        NewShape=list(shape))  # fmt: skip
 
     def expand_dims(self, x: int, axis: int) -> int:
         shape = list(self.shape(x))
         shape.insert(axis, 1)
         axis_tensor = self.model.constant(f"axis_{self._count}", np.asarray([axis], np.int32))
         self._count += 1
-        return self.model.operator("EXPAND_DIMS", [x, axis_tensor], shape)
+        return self._op("EXPAND_DIMS", [x, axis_tensor], shape)
 
     def pad(self, x: int, pads: Sequence[tuple[int, int]]) -> int:
         shape = tuple(d + a + b for d, (a, b) in zip(self.shape(x), pads, strict=True))
         paddings = self.model.constant(f"paddings_{self._count}", np.asarray(pads, np.int32))
         self._count += 1
-        return self.model.operator("PAD", [x, paddings], shape)
+        return self._op("PAD", [x, paddings], shape)
 
     def max_pool(self, x: int, kernel: int, stride: int, padding: str = "VALID") -> int:
         n, h, w, c = self.shape(x)
@@ -141,7 +189,7 @@ class NetworkBuilder:
             out = (n, self._same(h, stride), self._same(w, stride), c)
         else:
             out = (n, (h - kernel) // stride + 1, (w - kernel) // stride + 1, c)
-        return self.model.operator(
+        return self._op(
             "MAX_POOL_2D", [x], out, "Pool2DOptions", Padding=padding, StrideW=stride,
             StrideH=stride, FilterWidth=kernel, FilterHeight=kernel,
         )  # fmt: skip
@@ -149,14 +197,30 @@ class NetworkBuilder:
     def classifier(self, features: int, classes: int) -> int:
         """MEAN over the pixels, FULLY_CONNECTED, SOFTMAX: the output."""
         pooled = self.mean(features, (1, 2))
-        logits = self.fully_connected(pooled, classes)
-        probabilities = self.model.operator("SOFTMAX", [logits], self.shape(logits),
-                                            "SoftmaxOptions", Beta=1.0)  # fmt: skip
-        self.model.output(probabilities)
-        return probabilities
+        return self.output(self.softmax(self.fully_connected(pooled, classes)))
+
+    def softmax(self, x: int) -> int:
+        return self._op("SOFTMAX", [x], self.shape(x), "SoftmaxOptions", grid=_UNIT_GRID, Beta=1.0)
+
+    def output(self, tensor: int) -> int:
+        """Mark a model output; quantized, DEQUANTIZE it to float first."""
+        if self.quantized:
+            tensor = self.model.operator("DEQUANTIZE", [tensor], self.shape(tensor))
+        self.model.output(tensor)
+        return tensor
 
     def build(self) -> bytes:
         return self.model.build()
+
+
+# The int8 grids (scale, zero point) of a quantized network's activations, chosen from
+# the range each one's activation allows (a calibration would measure it; these models
+# are random, so ranges are what is known): 0..6 after ReLU6, 0..8 after ReLU, -8..8 with
+# no activation; softmax and logistic on TFLite's fixed 1/256 grid.
+_ACTIVATION_GRIDS = {"RELU6": (6 / 255, -128), "RELU": (8 / 255, -128), "NONE": (16 / 255, 0)}
+_LINEAR_GRID = (16 / 255, 0)
+_UNIT_GRID = (1 / 256, -128)
+_UNARY_GRIDS = {"LOGISTIC": _UNIT_GRID, "HARD_SWISH": (8.5 / 255, -117)}
 
 
 def _width(channels: int, alpha: float) -> int:
@@ -164,8 +228,9 @@ def _width(channels: int, alpha: float) -> int:
     return max(8, int(channels * alpha + 4) // 8 * 8)
 
 
-def mobilenet_v1(size: int = 224, alpha: float = 1.0, classes: int = 1001) -> bytes:
-    net = NetworkBuilder((1, size, size, 3), name="mobilenet_v1")
+def mobilenet_v1(size: int = 224, alpha: float = 1.0, classes: int = 1001,
+                 quantized: bool = False) -> bytes:  # fmt: skip
+    net = NetworkBuilder((1, size, size, 3), name="mobilenet_v1", quantized=quantized)
     x = net.conv(net.input, _width(32, alpha), 3, 2)
     blocks = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), *[(512, 1)] * 5,
               (1024, 2), (1024, 1)]  # fmt: skip
@@ -185,8 +250,9 @@ def _inverted_residual(net: NetworkBuilder, x: int, out: int, stride: int, expan
     return net.add(x, y) if stride == 1 and channels == out else y
 
 
-def mobilenet_v2(size: int = 224, alpha: float = 1.0, classes: int = 1001) -> bytes:
-    net = NetworkBuilder((1, size, size, 3), name="mobilenet_v2")
+def mobilenet_v2(size: int = 224, alpha: float = 1.0, classes: int = 1001,
+                 quantized: bool = False) -> bytes:  # fmt: skip
+    net = NetworkBuilder((1, size, size, 3), name="mobilenet_v2", quantized=quantized)
     x = net.conv(net.input, _width(32, alpha), 3, 2)
     stages = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
               (6, 160, 3, 2), (6, 320, 1, 1)]  # fmt: skip
@@ -200,9 +266,9 @@ def mobilenet_v2(size: int = 224, alpha: float = 1.0, classes: int = 1001) -> by
     return net.build()
 
 
-def resnet(size: int = 224, width: int = 64, classes: int = 1000) -> bytes:
+def resnet(size: int = 224, width: int = 64, classes: int = 1000, quantized: bool = False) -> bytes:
     """ResNet-18 (basic blocks, 2-2-2-2) at `width` channels in the first stage."""
-    net = NetworkBuilder((1, size, size, 3), name="resnet18")
+    net = NetworkBuilder((1, size, size, 3), name="resnet18", quantized=quantized)
     x = net.pad(net.input, [(0, 0), (3, 3), (3, 3), (0, 0)])
     x = net.conv(x, width, 7, 2, activation="RELU", padding="VALID")
     x = net.pad(x, [(0, 0), (1, 1), (1, 1), (0, 0)])
@@ -221,9 +287,10 @@ def resnet(size: int = 224, width: int = 64, classes: int = 1000) -> bytes:
     return net.build()
 
 
-def efficientnet_lite(size: int = 224, width: float = 1.0, classes: int = 1000) -> bytes:
+def efficientnet_lite(size: int = 224, width: float = 1.0, classes: int = 1000,
+                      quantized: bool = False) -> bytes:  # fmt: skip
     """EfficientNet-Lite0: (expand, kernel, stride, channels, repeats) as published."""
-    net = NetworkBuilder((1, size, size, 3), name="efficientnet_lite0")
+    net = NetworkBuilder((1, size, size, 3), name="efficientnet_lite0", quantized=quantized)
     x = net.conv(net.input, _width(32, width), 3, 2)
     stages = [(1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
               (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)]  # fmt: skip
@@ -236,10 +303,11 @@ def efficientnet_lite(size: int = 224, width: float = 1.0, classes: int = 1000) 
     return net.build()
 
 
-def audio(frames: int = 49, features: int = 40, channels: int = 64, classes: int = 12) -> bytes:
+def audio(frames: int = 49, features: int = 40, channels: int = 64, classes: int = 12,
+          quantized: bool = False) -> bytes:  # fmt: skip
     """Keyword spotting on [1, frames, features] log-mel input: 1-D convolutions as the
     TFLite converter writes Keras Conv1D, a gated block, MEAN over time."""
-    net = NetworkBuilder((1, frames, features), name="audio_kws")
+    net = NetworkBuilder((1, frames, features), name="audio_kws", quantized=quantized)
     x = net.expand_dims(net.input, 1)  # [1, 1, frames, features]
     x = net.conv(x, channels, (1, 5), 1, activation="RELU")
     for stride in (2, 1, 2):
@@ -252,8 +320,7 @@ def audio(frames: int = 49, features: int = 40, channels: int = 64, classes: int
     pooled = net.mean(x, (1,))
     hidden = net.fully_connected(pooled, 32, activation="RELU")
     logits = net.fully_connected(hidden, classes)
-    out = net.model.operator("SOFTMAX", [logits], net.shape(logits), "SoftmaxOptions", Beta=1.0)
-    net.model.output(out)
+    net.output(net.softmax(logits))
     return net.build()
 
 
@@ -271,8 +338,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("model", choices=sorted(MODELS))
     parser.add_argument("-o", "--output", type=Path, required=True)
     parser.add_argument("--size", type=int, default=None, help="image size (not for audio)")
+    parser.add_argument(
+        "--int8", action="store_true", help="int8 activations and weights, float in and out"
+    )
     args = parser.parse_args(argv)
-    options = {} if args.size is None else {"size": args.size}
+    options: dict[str, object] = {"quantized": args.int8}
+    if args.size is not None:
+        options["size"] = args.size
     args.output.write_bytes(MODELS[args.model](**options))
     print(f"wrote {args.output}")
     return 0
