@@ -25,6 +25,7 @@ here, when a PyTorch model is converted.
 
 from __future__ import annotations
 
+import importlib
 import operator
 import os
 from collections import Counter
@@ -34,9 +35,6 @@ from typing import Any
 
 import numpy as np
 
-# Converter families register themselves on import.
-import ember.frontend.pytorch.nn
-import ember.frontend.pytorch.tensor
 from ember.errors import EmberError, ModelLoadError, UnsupportedOperatorError
 from ember.frontend.naming import build_with_output_names
 from ember.frontend.pytorch.registry import CONVERTERS, ConversionContext, TorchNode
@@ -44,7 +42,9 @@ from ember.graph.builder import GraphBuilder
 from ember.graph.ir import DTYPES, Graph, Params, Value
 from ember.graph.verify import verify
 
-import ember.frontend.pytorch.math  # noqa: F401  isort: skip
+# Converter families register themselves on import.
+for _family in ("nn", "tensor", "math"):
+    importlib.import_module(f"ember.frontend.pytorch.{_family}")
 
 # Operators the core decompositions would break up that Ember converts whole.
 KEPT_WHOLE = (
@@ -67,8 +67,13 @@ _ASSERTIONS = {
     "aten.sym_constrain_range_for_size.default",
 }
 # Nodes that carry no computation of their own.
-_PASS_THROUGH = {"aten.alias.default", "aten.clone.default", "aten.lift_fresh_copy.default",
-                 "aten.detach.default", "aten.contiguous.default"}  # fmt: skip
+_PASS_THROUGH = {
+    "aten.alias.default",
+    "aten.clone.default",
+    "aten.lift_fresh_copy.default",
+    "aten.detach.default",
+    "aten.contiguous.default",
+}
 
 
 def require_torch() -> Any:
