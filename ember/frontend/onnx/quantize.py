@@ -35,27 +35,36 @@ from ember.graph.ir import NoAttrs, Value
 from ember.graph.ops.attrs import CastAttrs, ReduceAttrs
 
 
+def _broadcast(
+    ctx: ConversionContext, node: OnnxNode, value: Value, data: Value, axis: int | None, what: str
+) -> Value:
+    """`value` (a scale or zero point) shaped to broadcast against `data`: a scalar as
+    it is, a vector along `axis`."""
+    if value.type.size == 1:
+        return reshape_to(ctx, value, (), f"{node.name}_{what}_scalar") if value.shape else value
+    if axis is None or value.type.ndim != 1 or value.shape[0] != data.shape[axis]:
+        along = "" if axis is None else f" along axis {axis}"
+        raise ModelLoadError(
+            f"{node.where}: {what} of shape {list(value.shape)} does not fit data "
+            f"{list(data.shape)}{along}: Ember takes a scalar or one value per index of the axis"
+        )
+    shape = [1] * data.type.ndim
+    shape[axis] = value.shape[0]
+    return reshape_to(ctx, value, shape, f"{node.name}_{what}_axis")
+
+
 def _per_axis(
     ctx: ConversionContext, node: OnnxNode, value: Value, data: Value, what: str
 ) -> Value:
-    """`value` (a scale or zero point) shaped to broadcast against `data`: a scalar as
-    it is, a vector along `axis` (default 1)."""
-    if value.type.size == 1:
-        return reshape_to(ctx, value, (), f"{node.name}_{what}_scalar") if value.shape else value
-    if value.type.ndim != 1:
+    """QuantizeLinear's and DequantizeLinear's `value` (a scale or zero point) shaped to
+    broadcast against `data`: a scalar, or a vector along the node's `axis` (default 1)."""
+    if value.type.size != 1 and value.type.ndim != 1:
         raise UnsupportedOperatorError(
             f"{node.where}: {what} of shape {list(value.shape)}: blocked quantization "
             "(block_size) is not supported; Ember takes a scalar or one value per index of `axis`"
         )
     axis = normalize_axis(node, node.int_attr("axis", 1), data.type.ndim)
-    if value.shape[0] != data.shape[axis]:
-        raise ModelLoadError(
-            f"{node.where}: {what} has {value.shape[0]} values for axis {axis} of "
-            f"{list(data.shape)}"
-        )
-    shape = [1] * data.type.ndim
-    shape[axis] = value.shape[0]
-    return reshape_to(ctx, value, shape, f"{node.name}_{what}_axis")
+    return _broadcast(ctx, node, value, data, axis, what)
 
 
 def _check_blocks(node: OnnxNode) -> None:
@@ -119,22 +128,6 @@ def _is_zero(ctx: ConversionContext, value: Value) -> bool:
 # between a dequantize of its inputs and a quantize of its output, which is how Ember
 # imports it (the float operator's own converter does the rest); ConvInteger and
 # MatMulInteger accumulate exactly, in float64, and give int32.
-
-
-def _broadcast(
-    ctx: ConversionContext, node: OnnxNode, value: Value, data: Value, axis: int | None, what: str
-) -> Value:
-    """A scale or zero point shaped to broadcast against `data`: a scalar, or a vector
-    along `axis`."""
-    if value.type.size == 1:
-        return reshape_to(ctx, value, (), f"{node.name}_{what}_scalar") if value.shape else value
-    if axis is None or value.type.ndim != 1 or value.shape[0] != data.shape[axis]:
-        raise ModelLoadError(
-            f"{node.where}: {what} of shape {list(value.shape)} for data {list(data.shape)}"
-        )
-    shape = [1] * data.type.ndim
-    shape[axis] = value.shape[0]
-    return reshape_to(ctx, value, shape, f"{node.name}_{what}_axis")
 
 
 def _dequantized(
@@ -310,7 +303,6 @@ def convert_qgemm(ctx: ConversionContext, node: OnnxNode) -> Sequence[Value | No
     C is int32 on the grid of alpha * a_scale * b_scale; without y_scale the output
     stays float."""
     a = _dequantized(ctx, node, 0)
-    b_data = node.input(3)
     # A scale per output column: B's axis 0 when it is stored transposed (N, K).
     b = _dequantized(ctx, node, 3, axis=0 if node.int_attr("transB", 0) else 1)
     c = node.optional_input(6)
@@ -324,7 +316,6 @@ def convert_qgemm(ctx: ConversionContext, node: OnnxNode) -> Sequence[Value | No
         grid = ctx.builder.add("multiply", [a_scale, b_scale], NoAttrs(), f"{node.name}_c_grid")
         grid = ctx.builder.add("multiply", [grid, alpha], NoAttrs(), f"{node.name}_c_scale")
         c_float = dequantize_value(ctx.builder, c, grid, None, f"{node.name}_c_dq")
-    del b_data
     out = _float_op(ctx, node, "Gemm", [a, b, c_float], drop=("beta",))
     if node.optional_input(7) is None:
         return [out]

@@ -171,7 +171,7 @@ def convert_program(program: Any) -> tuple[Graph, Params]:
     builder = GraphBuilder(name=type(graph_module).__name__.lower(), fold_constants=True)
     ctx = ConversionContext(builder)
     env: dict[str, object] = {}
-    input_names = _import_placeholders(torch, program, builder, env)
+    input_names = _import_placeholders(program, builder, env)
     output_nodes = _user_outputs(program)
     names = (
         ["output"] if len(output_nodes) == 1 else [f"output_{i}" for i in range(len(output_nodes))]
@@ -233,14 +233,12 @@ def _dtype(torch_dtype: Any, where: str) -> str:
     return name
 
 
-def _array(torch: Any, tensor: Any, where: str) -> np.ndarray:
+def _array(tensor: Any, where: str) -> np.ndarray:
     _dtype(tensor.dtype, where)
     return tensor.detach().cpu().contiguous().numpy()
 
 
-def _import_placeholders(
-    torch: Any, program: Any, builder: GraphBuilder, env: dict[str, object]
-) -> set[str]:
+def _import_placeholders(program: Any, builder: GraphBuilder, env: dict[str, object]) -> set[str]:
     """Params for parameters, buffers and constants; inputs for the user inputs.
     Returns the input names."""
     from torch.export.graph_signature import InputKind, TensorArgument
@@ -272,7 +270,7 @@ def _import_placeholders(
             raise UnsupportedOperatorError(
                 f"program input {name!r} ({spec.kind.name}) is not a tensor Ember can read"
             )
-        env[name] = builder.param(spec.target or name, _array(torch, tensor, f"{spec.target!r}"))
+        env[name] = builder.param(spec.target or name, _array(tensor, f"{spec.target!r}"))
     return input_names
 
 

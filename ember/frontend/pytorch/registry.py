@@ -38,7 +38,6 @@ class TorchNode:
     name: str
     args: tuple[object, ...]
     kwargs: dict[str, object] = field(default_factory=dict)
-    schema_names: tuple[str, ...] = ()
 
     @property
     def where(self) -> str:

@@ -28,6 +28,7 @@ The flatbuffer is read with the `tflite` package (the schema's generated reader)
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from collections import Counter
@@ -200,11 +201,16 @@ def _vector(read: Any, length: int) -> list[int]:
     return [int(i) for i in read()] if length else []
 
 
+@functools.cache
+def _enum_names(enum: type) -> dict[int, str]:
+    """Number -> name of a schema enum class (`BuiltinOperator`), built once."""
+    return {v: k for k, v in vars(enum).items() if not k.startswith("_")}
+
+
 def _operator_name(tflite: Any, code: Any) -> str:
     """The builtin operator's schema name, or "CUSTOM:<name>" for a custom one."""
     number = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-    names = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
-    name = names.get(number, f"BUILTIN_{number}")
+    name = _enum_names(tflite.BuiltinOperator).get(number, f"BUILTIN_{number}")
     if name == "CUSTOM":
         custom = code.CustomCode()
         return f"CUSTOM:{custom.decode() if custom else '?'}"
@@ -229,7 +235,7 @@ def _tensor_info(tflite: Any, root: Any, tensor: Any, data: bytes, origin: str) 
     name = tensor.Name().decode() if tensor.Name() else f"tensor_{id(tensor)}"
     code = tensor.Type()
     if code not in _DTYPES:
-        names = {v: k for k, v in vars(tflite.TensorType).items() if not k.startswith("_")}
+        names = _enum_names(tflite.TensorType)
         raise UnsupportedOperatorError(
             f"{origin}: tensor {name!r} has type {names.get(code, code)}, which Ember does not "
             f"support; supported: {', '.join(sorted(set(_DTYPES.values())))}"
@@ -289,8 +295,7 @@ def _options(tflite: Any, op: Any) -> object | None:
     kind = op.BuiltinOptionsType()
     if not kind:
         return None
-    names = {v: k for k, v in vars(tflite.BuiltinOptions).items() if not k.startswith("_")}
-    reader = getattr(tflite, names[kind], None)
+    reader = getattr(tflite, _enum_names(tflite.BuiltinOptions)[kind], None)
     table = op.BuiltinOptions()
     if reader is None or table is None:
         return None

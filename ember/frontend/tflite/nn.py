@@ -59,15 +59,11 @@ def _hwio(node: TFLiteNode, weight: Value, permutation: tuple[int, ...]) -> Valu
     return node.add("transpose", [weight], TransposeAttrs(permutation), "hwio")
 
 
-@converter("CONV_2D")
-def convert_conv(node: TFLiteNode) -> list[Value]:
-    """inputs (NHWC data, OHWI filter, bias?)."""
-    data, weight = node.input(0), node.input(1)
-    kernel = tuple(weight.shape[1:3])
+def _conv_attrs(node: TFLiteNode, data: Value, kernel: tuple[int, ...], groups: int) -> ConvAttrs:
+    """An NHWC / HWIO conv with the options' strides, dilations and padding."""
     strides = (int(node.option("StrideH", 1)), int(node.option("StrideW", 1)))  # type: ignore[call-overload]
     dilations = (int(node.option("DilationHFactor", 1)), int(node.option("DilationWFactor", 1)))  # type: ignore[call-overload]
-    groups = data.shape[3] // weight.shape[3]  # grouped convolutions: I = C / groups
-    attrs = ConvAttrs(
+    return ConvAttrs(
         strides=strides,
         padding=window_padding(node, data.shape[1:3], kernel, strides, dilations),
         dilations=dilations,
@@ -75,6 +71,14 @@ def convert_conv(node: TFLiteNode) -> list[Value]:
         layout="NHWC",
         kernel_layout="HWIO",
     )
+
+
+@converter("CONV_2D")
+def convert_conv(node: TFLiteNode) -> list[Value]:
+    """inputs (NHWC data, OHWI filter, bias?)."""
+    data, weight = node.input(0), node.input(1)
+    groups = data.shape[3] // weight.shape[3]  # grouped convolutions: I = C / groups
+    attrs = _conv_attrs(node, data, tuple(weight.shape[1:3]), groups)
     out = node.add("conv", [data, _hwio(node, weight, (1, 2, 3, 0))], attrs)
     return [node.activation(_add_bias(node, out, 2))]
 
@@ -87,18 +91,9 @@ def convert_depthwise_conv(node: TFLiteNode) -> list[Value]:
     data, weight = node.input(0), node.input(1)
     channels = data.shape[3]
     kernel = tuple(weight.shape[1:3])
-    strides = (int(node.option("StrideH", 1)), int(node.option("StrideW", 1)))  # type: ignore[call-overload]
-    dilations = (int(node.option("DilationHFactor", 1)), int(node.option("DilationWFactor", 1)))  # type: ignore[call-overload]
     if weight.shape[0] != 1 or weight.shape[3] % channels:
         raise unsupported(node, f"filter {weight.type} for {channels} input channels")
-    attrs = ConvAttrs(
-        strides=strides,
-        padding=window_padding(node, data.shape[1:3], kernel, strides, dilations),
-        dilations=dilations,
-        groups=channels,
-        layout="NHWC",
-        kernel_layout="HWIO",
-    )
+    attrs = _conv_attrs(node, data, kernel, channels)
     hwio = node.reshape(weight, (*kernel, 1, weight.shape[3]), "hwio")
     out = node.add("conv", [data, hwio], attrs)
     return [node.activation(_add_bias(node, out, 2))]
