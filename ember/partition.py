@@ -48,6 +48,7 @@ from ember.graph.passes import (
     fold_batch_norm,
     fold_constants,
     fuse,
+    quantized_ops,
     simplify,
 )
 from ember.graph.passes.pack_weights import pack_weights
@@ -225,7 +226,8 @@ def optimize(
 ) -> tuple[Graph, Params]:
     """The graph passes of a CPU build (step 1 of the module docstring); with a
     `target`, constant weights are also packed for its vectors."""
-    result, arrays = fold_constants(graph, params)
+    result, arrays = quantized_ops(graph, params)  # first: it reads weights' dequantizations
+    result, arrays = fold_constants(result, arrays)
     result, arrays = fold_batch_norm(result, arrays)
     result, arrays = convert_layout(result, arrays, "NHWC")
     result, arrays = simplify(result, arrays)  # after convert_layout: merges its transposes

@@ -33,13 +33,18 @@ per-kernel glue; it returns -1 when `num_args` is wrong, else 0.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 from ember.codegen.c_helpers import (
     VECTOR_MATH,
+    dot4_helper,
     float_floor_division,
     integer_division,
     vector_math_helpers,
 )
 from ember.codegen.renderer import (
+    ADDITIVE,
     BIT_AND,
     BIT_OR,
     HELPER_OPS,
@@ -53,6 +58,7 @@ from ember.codegen.renderer import (
 )
 from ember.device import dtype_bits
 from ember.errors import CodegenError
+from ember.graph.ops.quantized import DOT_GROUP
 from ember.loop.ir import (
     Allocate,
     Broadcast,
@@ -408,6 +414,31 @@ class CRenderer(Renderer):
                 return self.vector_load(buffer, indices, lanes), PRIMARY
         raise CodegenError(f"cannot render vector expression {type(expr).__name__}: {expr}")
 
+    def dot_product(self, expr: Binary) -> str | None:
+        """A sum holding the four products of a quantized conv's reduction step
+        (`ember.topi.quantized`), `int32(a[i + j]) * int32(w[ramp(k + j, 4, lanes)])` for
+        j = 0..3 with `a` uint8 (the same in every lane) and `w` int8, as one call of
+        `ember_dot4_u8i8_<vector>(rest of the sum, &a[i], &w[k])`: one `vpdpbusd` where
+        the compiler targets AVX-512 VNNI (16 lanes) or AVX-VNNI (8), `sdot` where it
+        targets ARM's dot product (4), a loop of the same products otherwise. None when
+        the sum holds no such group."""
+        lanes = lanes_of(expr)
+        terms = list(_additive_terms(expr))
+        found = _dot_group(terms, lanes)
+        if found is None:
+            return None
+        group, data, weight = found
+        rest = [term for index, term in enumerate(terms) if index not in group]
+        vtype = self.vector_type(f"int32x{lanes}")
+        accumulator = " + ".join(self.wrapped(term, ADDITIVE + 1) for term in rest)
+        if not rest:
+            accumulator = f"({vtype}){{0}}"
+        name = self.helper(f"ember_dot4_u8i8_{vtype}", dot4_helper(vtype, lanes))
+        return (
+            f"{name}({accumulator}, &{self.names.of(data.buffer)}[{self.expr(data.base)}], "
+            f"&{self.names.of(weight.buffer)}[{self.expr(weight.base)}])"
+        )
+
     def broadcast(self, text: str, dtype: str, lanes: int) -> str:
         """`text`, a scalar of `dtype`, in every lane (for a bool, `text` must bind at
         unary precedence)."""
@@ -427,6 +458,10 @@ class CRenderer(Renderer):
     def vector_binary(self, expr: Binary) -> tuple[str, int]:
         op, a, b = expr.op, expr.a, expr.b
         lanes, operand = lanes_of(expr), a.dtype
+        if op is BinaryOp.ADD and operand == f"int32x{lanes}":
+            dot = self.dot_product(expr)
+            if dot is not None:
+                return dot, PRIMARY
         if split_dtype(operand)[0] == "bool" and op in _MASK_ORDER:
             # A mask holds -1 for true, so its order is the bools' order reversed.
             op, a, b = _MASK_ORDER[op], b, a
@@ -612,6 +647,97 @@ class CRenderer(Renderer):
         params = ", ".join(f"{t} a{i}" for i, t in enumerate(arg_types))
         body = f"  {vtype} r;\n  for (int l = 0; l < {lanes}; ++l) r[l] = {lane_expr};\n  return r;"
         return self.helper(name, f"static inline {vtype} {name}({params}) {{\n{body}\n}}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Bytes:
+    """Four consecutive bytes of `buffer` from flat index `base` (scalar) or, for
+    weights, `4 * lanes` bytes from `base`."""
+
+    buffer: Buffer
+    base: Expr
+
+
+def _additive_terms(expr: Expr) -> Iterator[Expr]:
+    if isinstance(expr, Binary) and expr.op is BinaryOp.ADD:
+        yield from _additive_terms(expr.a)
+        yield from _additive_terms(expr.b)
+    else:
+        yield expr
+
+
+def _dot_group(terms: list[Expr], lanes: int) -> tuple[set[int], _Bytes, _Bytes] | None:
+    """Indices of four terms forming one dot-product step, with the data and weight
+    bytes they read, or None."""
+    products: dict[int, tuple[Load, Load]] = {}
+    for index, term in enumerate(terms):
+        operands = _byte_product(term, lanes)
+        if operands is not None:
+            products[index] = operands
+    for first, (data, weight) in products.items():
+        data_base = flatten_index(data.buffer, data.indices)
+        weight_base = flatten_index(weight.buffer, weight.indices)
+        if not isinstance(weight_base, Ramp) or weight_base.stride != DOT_GROUP:
+            continue
+        group = {first}
+        for j in range(1, DOT_GROUP):
+            match = next(
+                (
+                    index
+                    for index, (d, w) in products.items()
+                    if index not in group
+                    and d.buffer is data.buffer
+                    and w.buffer is weight.buffer
+                    and _offset(flatten_index(d.buffer, d.indices), data_base) == j
+                    and _ramp_offset(flatten_index(w.buffer, w.indices), weight_base) == j
+                ),
+                None,
+            )
+            if match is None:
+                break
+            group.add(match)
+        if len(group) == DOT_GROUP:
+            return group, _Bytes(data.buffer, data_base), _Bytes(weight.buffer, weight_base.base)
+    return None
+
+
+def _byte_product(term: Expr, lanes: int) -> tuple[Load, Load] | None:
+    """(uint8 scalar load, int8 vector load) if `term` is their product in int32."""
+    if not (isinstance(term, Binary) and term.op is BinaryOp.MUL):
+        return None
+    for a, b in ((term.a, term.b), (term.b, term.a)):
+        data, weight = _broadcast_byte(a), _vector_byte(b, lanes)
+        if data is not None and weight is not None:
+            return data, weight
+    return None
+
+
+def _broadcast_byte(expr: Expr) -> Load | None:
+    """The uint8 scalar load in `broadcast(int32(load))` or `int32xN(broadcast(load))`."""
+    match expr:
+        case Broadcast(Cast("int32", Load() as load)) | Cast(_, Broadcast(Load() as load)):
+            if load.buffer.dtype == "uint8" and lanes_of(load) == 1:
+                return load
+    return None
+
+
+def _vector_byte(expr: Expr, lanes: int) -> Load | None:
+    match expr:
+        case Cast(dtype, Load() as load) if dtype == f"int32x{lanes}":
+            if load.buffer.dtype == "int8" and lanes_of(load) == lanes:
+                return load
+    return None
+
+
+def _offset(flat: Expr, base: Expr) -> int | None:
+    difference = simplify_expr(Binary(BinaryOp.SUB, flat, base))
+    return int(difference.value) if isinstance(difference, Const) else None
+
+
+def _ramp_offset(flat: Expr, base: Ramp) -> int | None:
+    if not isinstance(flat, Ramp) or flat.stride != base.stride or flat.lanes != base.lanes:
+        return None
+    return _offset(flat.base, base.base)
 
 
 def _is_contiguous_load(expr: Expr) -> bool:

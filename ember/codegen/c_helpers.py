@@ -191,3 +191,74 @@ def vector_math_helpers(name: str, vtype: str, itype: str) -> list[tuple[str, st
         (f"ember_{part}_{vtype}", Template(VECTOR_MATH_BODIES[part]).substitute(v=vtype, i=itype))
         for part in VECTOR_MATH[name]
     ]
+
+
+# The dot-product step of a quantized conv (ember.codegen.c, `dot_product`): lane l of
+# `acc` plus the four products of bytes a[0..3] (uint8) with w[4l..4l+3] (int8). The
+# instruction is chosen by the compiler's target macros, so one source serves every
+# target; without one, a loop of the same products (exact: int32 holds them).
+_DOT4_INSTRUCTIONS = {
+    16: [
+        (
+            "defined(__AVX512VNNI__) && defined(__AVX512F__)",
+            "immintrin.h",
+            "  return ($v)_mm512_dpbusd_epi32((__m512i)acc, _mm512_set1_epi32(quad), "
+            "_mm512_loadu_si512(w));",
+        )
+    ],
+    8: [
+        (
+            "defined(__AVX512VNNI__) && defined(__AVX512VL__)",
+            "immintrin.h",
+            "  return ($v)_mm256_dpbusd_epi32((__m256i)acc, _mm256_set1_epi32(quad), "
+            "_mm256_loadu_si256((const __m256i*)w));",
+        ),
+        (
+            "defined(__AVXVNNI__)",
+            "immintrin.h",
+            "  return ($v)_mm256_dpbusd_avx_epi32((__m256i)acc, _mm256_set1_epi32(quad), "
+            "_mm256_loadu_si256((const __m256i*)w));",
+        ),
+    ],
+    4: [
+        (
+            "defined(__ARM_FEATURE_DOTPROD)",
+            "arm_neon.h",
+            # sdot multiplies signed bytes: a - 128 is a ^ 0x80 as int8, and the 128 * w
+            # that takes off comes back as -(-128 * w), a second sdot.
+            "  int8x16_t x = vreinterpretq_s8_u32(veorq_u32(vdupq_n_u32((uint32_t)quad), "
+            "vdupq_n_u32(0x80808080u)));\n"
+            "  int8x16_t wv = vld1q_s8(w);\n"
+            "  int32x4_t r = vdotq_s32((int32x4_t)acc, x, wv);\n"
+            "  return ($v)vsubq_s32(r, vdotq_s32(vdupq_n_s32(0), vdupq_n_s8(-128), wv));",
+        )
+    ],
+}
+
+
+def dot4_helper(vtype: str, lanes: int) -> str:
+    """`ember_dot4_u8i8_<vtype>(acc, a, w)` for an int32 vector type of `lanes`."""
+    lines: list[str] = []
+    instructions = _DOT4_INSTRUCTIONS.get(lanes, [])
+    for index, (condition, header, _) in enumerate(instructions):
+        lines.append(f"#{'if' if index == 0 else 'elif'} {condition}")
+        lines.append(f"#include <{header}>")
+    if instructions:
+        lines.append("#endif")
+    name = f"ember_dot4_u8i8_{vtype}"
+    lines.append(f"static inline $v {name}($v acc, const uint8_t* a, const int8_t* w) {{")
+    for index, (condition, _, body) in enumerate(instructions):
+        lines.append(f"#{'if' if index == 0 else 'elif'} {condition}")
+        lines.append("  int32_t quad;\n  memcpy(&quad, a, 4);")
+        lines.append(body)
+    if instructions:
+        lines.append("#else")
+    lines.append(
+        f"  for (int l = 0; l < {lanes}; ++l)\n"
+        "    acc[l] += a[0] * w[4 * l] + a[1] * w[4 * l + 1] + a[2] * w[4 * l + 2] + "
+        "a[3] * w[4 * l + 3];\n  return acc;"
+    )
+    if instructions:
+        lines.append("#endif")
+    lines.append("}")
+    return Template("\n".join(lines)).substitute(v=vtype)

@@ -6,6 +6,9 @@ that exists has passed type inference.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 
 from ember.errors import GraphError
@@ -76,6 +79,18 @@ class GraphBuilder:
     def constant_value(self, value: Value) -> np.ndarray | None:
         """The array of a param/constant value, or None for a computed value."""
         return self._arrays.get(value.name)
+
+    @contextmanager
+    def folding(self, enabled: bool) -> Iterator[None]:
+        """Within the block, fold constants only if `enabled` (and the builder folds at
+        all): the ONNX frontend keeps a quantized weight's dequantization as nodes, for
+        the `quantized_ops` pass to find the integers."""
+        saved = self.fold_constants
+        self.fold_constants = saved and enabled
+        try:
+            yield
+        finally:
+            self.fold_constants = saved
 
     # -- nodes -------------------------------------------------------------------
 

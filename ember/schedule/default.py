@@ -68,6 +68,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ember.device import device_model, dtype_bytes
+from ember.graph.ops.quantized import DOT_GROUP
 from ember.loop.analysis import linear_coefficients
 from ember.schedule.default_dense import schedule_matrix_product
 from ember.schedule.lower import expanded_reads, loop_readers
@@ -209,6 +210,8 @@ def contiguous_in(reads: Sequence[TensorRead], var: Var, lanes: int = 1) -> bool
 
     for read in reads:
         indices = [map_expr(i, per_lane) for i in read.indices]
+        if _dot_product_operand(read):
+            indices = indices[:-1]  # one vector of [lanes][4] bytes (ember.topi.quantized)
         if any(var in free_vars(i) for i in indices[:-1]):
             return False
         if indices:
@@ -216,6 +219,19 @@ def contiguous_in(reads: Sequence[TensorRead], var: Var, lanes: int = 1) -> bool
             if linear is None or linear[0] not in (0, 1):
                 return False
     return True
+
+
+def _dot_product_operand(read: TensorRead) -> bool:
+    """Whether `read` takes one byte of a `[..., lanes, 4]` int8 block at a constant last
+    index: a packed quantized weight, whose `[lanes][4]` bytes a dot-product instruction
+    reads as one vector (four products per 32-bit lane)."""
+    tensor = read.tensor
+    return (
+        tensor.dtype == "int8"
+        and tensor.ndim >= 2
+        and tensor.shape[-1] == DOT_GROUP
+        and isinstance(read.indices[-1], Const)
+    )
 
 
 def _vector_width(reads: Sequence[TensorRead], var: Var, extent: int, lanes: int) -> int:

@@ -24,6 +24,7 @@ from ember.cli import main
 from ember.errors import UnsupportedOperatorError
 from ember.frontend import from_onnx
 from ember.graph import interpret
+from ember.graph.passes import fold_constants
 from ember.testing.oracle import ATOL, RTOL, check_against_onnxruntime, run_onnxruntime
 
 
@@ -67,7 +68,9 @@ def test_dequantize(dtype: str) -> None:
     check_against_onnxruntime(model, {"x": x.astype(dtype)})
 
 
-def test_dequantized_weights_fold_into_float_params() -> None:
+def test_dequantized_weights_stay_int8_until_fold_constants() -> None:
+    """An int8 weight's dequantization stays as nodes at import (the quantized_ops pass
+    reads the integers), and folds into a float param when nothing takes them."""
     weight = np.random.default_rng(2).integers(-127, 128, (4, 3)).astype(np.int8)
     model = one_node_model(
         "DequantizeLinear", weight, 13, input_names=["w", "scale"],
@@ -75,6 +78,8 @@ def test_dequantized_weights_fold_into_float_params() -> None:
         axis=0,
     )  # fmt: skip
     graph, params = from_onnx(model)
+    assert [n.op for n in graph.nodes] == ["cast", "multiply"]
+    graph, params = fold_constants(graph, params)
     assert not graph.nodes or all(n.op == "identity" for n in graph.nodes)
     (array,) = params.values()
     np.testing.assert_array_equal(
@@ -256,3 +261,16 @@ def test_channels_last_quantized_pooling_is_refused() -> None:
     )
     with pytest.raises(UnsupportedOperatorError, match="channels_last"):
         from_onnx(model)
+
+
+def test_per_channel_vector_without_axis_dequantizes_along_its_only_axis() -> None:
+    """ONNX Runtime's quantizer writes a Gemm's int32 bias with one scale per channel and
+    no `axis` (the default 1 is out of range for a vector): Ember takes axis 0."""
+    bias = np.array([100, -7, 40], np.int32)
+    scale = np.array([0.5, 0.25, 2.0], np.float32)
+    model = one_node_model(
+        "DequantizeLinear", bias, 17, input_names=["x", "scale"], constants={"scale": scale}
+    )
+    graph, params = from_onnx(model)
+    (out,) = interpret(graph, params, {"x": bias}).values()
+    np.testing.assert_array_equal(out, bias * scale)

@@ -57,13 +57,19 @@ def _per_axis(
     ctx: ConversionContext, node: OnnxNode, value: Value, data: Value, what: str
 ) -> Value:
     """QuantizeLinear's and DequantizeLinear's `value` (a scale or zero point) shaped to
-    broadcast against `data`: a scalar, or a vector along the node's `axis` (default 1)."""
+    broadcast against `data`: a scalar, or a vector along the node's `axis` (default 1;
+    the only axis of a vector)."""
     if value.type.size != 1 and value.type.ndim != 1:
         raise UnsupportedOperatorError(
             f"{node.where}: {what} of shape {list(value.shape)}: blocked quantization "
             "(block_size) is not supported; Ember takes a scalar or one value per index of `axis`"
         )
-    axis = normalize_axis(node, node.int_attr("axis", 1), data.type.ndim)
+    if data.type.ndim == 1 and "axis" not in node.attrs:
+        # ONNX Runtime's quantizer writes a Gemm's per-channel int32 bias this way (the
+        # default axis 1 of a vector; its optimizer folds the node before it could fail).
+        axis = 0
+    else:
+        axis = normalize_axis(node, node.int_attr("axis", 1), data.type.ndim)
     return _broadcast(ctx, node, value, data, axis, what)
 
 
@@ -111,7 +117,14 @@ def convert_dequantize(ctx: ConversionContext, node: OnnxNode) -> Sequence[Value
     else:
         zero_point = None
     scale = _per_axis(ctx, node, scale, x, "scale")
-    return [dequantize_value(ctx.builder, x, scale, zero_point, node.name)]
+    # An int8 weight stays int8 behind its dequantization (nodes, not a folded float
+    # param) for the quantized_ops pass; fold_constants folds what it leaves.
+    with ctx.builder.folding(not _is_int8_constant(ctx, x)):
+        return [dequantize_value(ctx.builder, x, scale, zero_point, node.name)]
+
+
+def _is_int8_constant(ctx: ConversionContext, value: Value) -> bool:
+    return value.dtype == "int8" and ctx.constant(value) is not None
 
 
 def _is_zero(ctx: ConversionContext, value: Value) -> bool:
@@ -142,7 +155,8 @@ def _dequantized(
         zero = None
     if zero is not None:
         zero = _broadcast(ctx, node, zero, data, axis, f"{what}_zero_point")
-    return dequantize_value(ctx.builder, data, scale, zero, f"{node.name}_{what}_dq")
+    with ctx.builder.folding(not _is_int8_constant(ctx, data)):
+        return dequantize_value(ctx.builder, data, scale, zero, f"{node.name}_{what}_dq")
 
 
 def _quantized_output(

@@ -23,7 +23,7 @@ from ember.graph.ops.registry import (
 )
 
 # Op families register themselves on import; a family not written yet is simply absent.
-for _family in ("math", "nn", "tensor", "reduce", "sparse", "packed"):
+for _family in ("math", "nn", "tensor", "reduce", "sparse", "packed", "quantized"):
     try:
         importlib.import_module(f"ember.graph.ops.{_family}")
     except ModuleNotFoundError as error:

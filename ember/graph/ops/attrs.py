@@ -250,3 +250,12 @@ class TopKAttrs(Attrs):
     axis: int
     largest: bool = True
     sorted: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class QConvAttrs(ConvAttrs):
+    """`qconv` / `qconv_pack`: a conv of integers (uint8 or int8 data, int8 weight)
+    accumulated exactly in int32, of `data - data_zero_point` (the weight's zero point is
+    0: symmetric, as ONNX Runtime's and TFLite's quantizers write weights)."""
+
+    data_zero_point: int = 0

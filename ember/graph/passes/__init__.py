@@ -16,6 +16,7 @@ from ember.graph.passes.fuse import (
     fuse,
     interpret_fused,
 )
+from ember.graph.passes.quantized_ops import quantized_ops
 from ember.graph.passes.simplify import simplify
 from ember.graph.passes.to_sparse import random_block_sparse_params, to_sparse
 
@@ -29,6 +30,7 @@ __all__ = [
     "fold_constants",
     "fuse",
     "interpret_fused",
+    "quantized_ops",
     "random_block_sparse_params",
     "simplify",
     "to_sparse",

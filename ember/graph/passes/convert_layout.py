@@ -120,7 +120,7 @@ def _convert_spatial(rewriter: LayoutRewriter, node: Node) -> bool:
     assert perm is not None  # converts() checked the rank
     inputs = [rewriter.in_layout(node.inputs[0], perm)]
     changes: dict[str, str | None] = {"layout": direction.target(rank)}
-    if node.op == "conv":
+    if node.op in ("conv", "qconv"):
         kernel_layout = direction.kernel_layout(rank)
         old_kernel_layout: str = getattr(node.attrs, "kernel_layout")  # noqa: B009
         kernel_perm = tuple(old_kernel_layout.index(axis) for axis in kernel_layout)

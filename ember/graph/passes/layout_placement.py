@@ -31,6 +31,7 @@ CHANNELS_FIRST_NAMES = ("NCW", "NCHW", "NCDHW")
 SPATIAL_OPS = frozenset(
     {
         "conv",
+        "qconv",
         "max_pool",
         "avg_pool",
         "global_avg_pool",

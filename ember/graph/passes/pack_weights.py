@@ -20,7 +20,7 @@ activation-bound early layers the same either way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 import numpy as np
@@ -37,7 +37,7 @@ from ember.graph.ir import (
     Value,
     prune_params,
 )
-from ember.graph.ops.attrs import ConvAttrs, SliceAttrs
+from ember.graph.ops.attrs import ConvAttrs, QConvAttrs, SliceAttrs
 from ember.graph.ops.layout import parse_data_layout, parse_kernel_layout
 from ember.graph.ops.packed import (
     conv_pack_layout,
@@ -45,6 +45,7 @@ from ember.graph.ops.packed import (
     pack_conv_weight,
     pack_dense_weight,
 )
+from ember.graph.ops.quantized import pack_qconv_weight, qconv_correction, qconv_pack_layout
 from ember.graph.passes.rewrite import make_node
 from ember.target import Target
 
@@ -97,6 +98,17 @@ def pack_weights(
 
     nodes: list[Node] = []
     for node in graph.nodes:
+        qconv_block = _qconv_block(node, arrays, target)
+        if qconv_block is not None:
+            weight_param = packed_param(node, partial(_packed_qconv, arrays, node, qconv_block))
+            sums = _qconv_correction(arrays, node, qconv_block)
+            correction = Value(names.fresh(f"{node.name}_correction"), TensorType.of(sums))
+            arrays[correction.name] = sums
+            new_params.append(correction)
+            nodes.extend(
+                _packed_nodes("qconv_pack", node, weight_param, names, node.attrs, [correction])
+            )
+            continue
         conv_block = _conv_block(node, arrays, target)
         if conv_block is not None:
             weight_param = packed_param(node, partial(_packed_conv, arrays, node, conv_block))
@@ -180,6 +192,42 @@ def _conv_block(node: Node, arrays: Mapping[str, np.ndarray], target: Target) ->
     return conv_block(array.shape[-1], lanes, pixels)
 
 
+def _qconv_block(node: Node, arrays: Mapping[str, np.ndarray], target: Target) -> int | None:
+    """The block to pack `node`'s weight in if it is a qconv to pack, else None: as a
+    float conv's, with blocks of the target's int32 lanes (one accumulator per output
+    channel)."""
+    if node.op != "qconv" or not isinstance(node.attrs, QConvAttrs):
+        return None
+    attrs = node.attrs
+    array = arrays.get(node.inputs[1].name)
+    if array is None or array.size == 0:
+        return None
+    layout = parse_data_layout(attrs.layout, "qconv", node.inputs[0].type.ndim)
+    kernel_layout = parse_kernel_layout(attrs.kernel_layout, "qconv", layout.spatial_rank)
+    rank = layout.spatial_rank
+    if attrs.groups != 1 or not layout.channels_last or kernel_layout.out_axis != rank + 1:
+        return None
+    lanes = device_model(target).lanes("int32")
+    if lanes < MIN_BLOCK:
+        return None
+    pixels = node.outputs[0].type.size // max(1, array.shape[-1])
+    return conv_block(array.shape[-1], lanes, pixels)
+
+
+def _packed_qconv(
+    arrays: Mapping[str, np.ndarray], node: Node, block: int
+) -> tuple[np.ndarray, str]:
+    array = pack_qconv_weight(_padded(arrays[node.inputs[1].name], -1, block), block)
+    return array, qconv_pack_layout(block, array.ndim - 4)
+
+
+def _qconv_correction(arrays: Mapping[str, np.ndarray], node: Node, block: int) -> np.ndarray:
+    attrs = node.attrs
+    assert isinstance(attrs, QConvAttrs)
+    weight = _padded(arrays[node.inputs[1].name], -1, block)
+    return qconv_correction(weight, attrs.data_zero_point)
+
+
 def _constant_weight(
     node: Node, arrays: Mapping[str, np.ndarray], target: Target
 ) -> np.ndarray | None:
@@ -222,11 +270,17 @@ def _padded(weight: np.ndarray, axis: int, block: int) -> np.ndarray:
 
 
 def _packed_nodes(
-    op: str, node: Node, weight: Value, names: NameSupply, attrs: Attrs | None
+    op: str,
+    node: Node,
+    weight: Value,
+    names: NameSupply,
+    attrs: Attrs | None,
+    extra: Sequence[Value] = (),
 ) -> list[Node]:
-    """`node` as `op` (`dense_pack`, `conv_pack`) of `weight`, sliced back to the
-    node's output channels if the weight's were padded."""
-    output, inputs = node.outputs[0], [node.inputs[0], weight]
+    """`node` as `op` (`dense_pack`, `conv_pack`, `qconv_pack`) of `weight` (and the
+    `extra` inputs), sliced back to the node's output channels if the weight's were
+    padded."""
+    output, inputs = node.outputs[0], [node.inputs[0], weight, *extra]
     packed = make_node(op, inputs, attrs, name=node.name, output_names=[output.name])
     if packed.outputs[0].type == output.type:
         return [packed]
