@@ -163,6 +163,9 @@ def _target_flags(target: Target) -> tuple[str, ...]:
     return tuple(flags)
 
 
+_ARMV82_FEATURES = frozenset({"dotprod", "i8mm", "fp16", "bf16"})
+
+
 def _arch_flags(target: Target) -> tuple[str, ...]:
     cpu = target.mcpu
     if target.target_arch == "aarch64":
@@ -174,7 +177,11 @@ def _arch_flags(target: Target) -> tuple[str, ...]:
             return ("-mcpu=native",) if not extras else (f"-march=native{extras}",)
         if cpu:
             return (f"-mcpu={cpu}{extras}",)
-        return (f"-march=armv8-a{extras}",) if extras else ()
+        # The dot product and int8 matrix multiply are ARMv8.2 features: GCC's
+        # arm_neon.h refuses their intrinsics under armv8-a even with +dotprod.
+        v82 = any(a[0] == "+" and a[1:] in _ARMV82_FEATURES for a in target.mattr)
+        base = "armv8.2-a" if v82 else "armv8-a"
+        return (f"-march={base}{extras}",) if extras else ()
     if target.target_arch == "x86_64":
         march = ("-march=native",) if target.is_native else (f"-march={cpu}",) if cpu else ()
         return (*march, *(f"-m{a[1:]}" if a[0] == "+" else f"-mno-{a[1:]}" for a in target.mattr))

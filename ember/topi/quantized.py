@@ -3,8 +3,8 @@
 
 Both pad the data with its zero point (a padded tap then adds nothing once the zero
 point is taken off) and accumulate in int32. `qconv` subtracts the zero point from each
-element it reads; `qconv_pack` sums the raw bytes, four input channels per reduction
-step, and adds the per-channel correction after the sum:
+element it reads; `qconv_pack` sums the unsigned bytes (int8 data plus 128), four input
+channels per reduction step, and adds the per-channel correction after the sum:
 
     qconv(nn, yy, xx, ff) += (int32(pad_temp[nn, yy + ry, xx + rx, rc]) - zp) * int32(w[...])
     qconv_pack.acc(nn, yy, xx, ff) += int32(pad_temp[nn, .., 4*rc + 0])
@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from ember.graph.ir import Attrs, TensorType
 from ember.graph.ops.attrs import QConvAttrs
 from ember.graph.ops.layout import parse_data_layout, parse_kernel_layout
-from ember.graph.ops.quantized import DOT_GROUP
+from ember.graph.ops.quantized import DOT_GROUP, data_offset
 from ember.te import Expr, Tensor, cast, compute, reduce_axis, reduce_sum
-from ember.topi.common import Declaration, pad_stage, scaled, typed
+from ember.topi.common import ELEMWISE, Declaration, pad_stage, scaled, typed
 
 _SPATIAL = {1: ["xx"], 2: ["yy", "xx"], 3: ["zz", "yy", "xx"]}
 
@@ -83,7 +83,15 @@ def _qconv_pack(
     rank = layout.spatial_rank
     _, *kernel, groups, block, _ = weight.shape
     channels = data.shape[layout.channel_axis]
-    padded = _padded(data, attrs, groups * DOT_GROUP - channels)
+    offset = data_offset(data.dtype)
+    if offset:  # int8 data as the unsigned bytes x + 128 (x ^ 0x80)
+        data = compute(
+            data.shape,
+            lambda *i: cast("uint8", cast("int32", data[i]) + typed(offset, "int32")),
+            "unsigned_data",
+            ELEMWISE,
+        )
+    padded = _padded(data, attrs, groups * DOT_GROUP - channels, offset)
     rc = reduce_axis(groups, "rc")
     rs = [reduce_axis(k, "r" + name[0]) for k, name in zip(kernel, _SPATIAL[rank], strict=True)]
 
@@ -117,9 +125,9 @@ def _qconv_pack(
     return [compute(outputs[0].shape, corrected, name, "qconv_correction", names)]
 
 
-def _padded(data: Tensor, attrs: QConvAttrs, extra_channels: int) -> Tensor:
+def _padded(data: Tensor, attrs: QConvAttrs, extra_channels: int, offset: int = 0) -> Tensor:
     """The data padded spatially (and by `extra_channels` after its channels) with its
-    zero point."""
+    zero point (plus `offset`, for data made unsigned)."""
     layout = parse_data_layout(attrs.layout, "qconv", data.ndim)
     rank = layout.spatial_rank
     before = [0] * data.ndim
@@ -129,7 +137,8 @@ def _padded(data: Tensor, attrs: QConvAttrs, extra_channels: int) -> Tensor:
     ):
         before[axis], after[axis] = begin, end
     after[layout.channel_axis] = extra_channels
-    return pad_stage(data, before, after, typed(attrs.data_zero_point, data.dtype), "pad_temp")
+    fill = typed(attrs.data_zero_point + offset, data.dtype)
+    return pad_stage(data, before, after, fill, "pad_temp")
 
 
 DECLARATIONS: dict[str, Declaration] = {"qconv": _qconv, "qconv_pack": _qconv_pack}

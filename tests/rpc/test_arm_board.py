@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,12 +17,14 @@ import numpy as np
 import pytest
 from boards import check_every_kernel_family, run_the_seeds_flow
 from farm import WAIT, Farm, board_counts, wait_until
+from quantized_models import conv_chain, quantized
 
 import ember
 from ember.autoschedule import LocalBuilder, extract_tasks
 from ember.autoschedule.measure import MeasureInput, release
 from ember.autoschedule.rpc_runner import RPCRunner
 from ember.cli import main
+from ember.frontend import from_onnx
 from ember.graph import interpret
 from ember.schedule.default import default_schedule
 from ember.testing.arm_board import ArmBoard, unavailable_reason
@@ -67,6 +70,34 @@ def test_an_aarch64_network_runs_on_an_emulated_board(arm_farm: Farm, tmp_path: 
     np.testing.assert_allclose(remote, expected, rtol=1e-4, atol=1e-6)
     devices = [server["device"] for server in arm_farm.tracker.summary()["servers"]]
     assert [d["triple"] for d in devices] == ["aarch64-linux-gnu"] * 2
+
+
+@pytest.mark.parametrize("dotprod", [True, False], ids=["dotprod", "no_dotprod"])
+def test_quantized_convs_run_on_an_emulated_board(
+    arm_farm: Farm, tmp_path: Path, dotprod: bool
+) -> None:
+    """int8 convs cross-compiled with +dotprod take `sdot` (the disassembly shows it);
+    without, the portable loop; both equal the reference interpreter exactly."""
+    model, shape = conv_chain(channels=3)
+    graph, params = from_onnx(quantized(model, shape))
+    target = f"{TARGET},+dotprod" if dotprod else TARGET
+    try:
+        library = ember.build(graph, target, params=params)
+    except ember.EmberError as error:
+        pytest.skip(f"no aarch64 cross compiler: {error}")
+    disassembly = subprocess.run(
+        ["aarch64-linux-gnu-objdump", "-d", str(library.so_path)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert ("\tsdot\t" in disassembly) == dotprod
+    artifact = library.export_library(tmp_path / "qconv-aarch64.tar")
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    np.savez(tmp_path / "x.npz", x=x)
+    command = ["run", str(artifact), "--rpc-tracker", arm_farm.address, "--rpc-key", KEY,
+               "--inputs", str(tmp_path / "x.npz"), "-o", str(tmp_path / "out.npz")]  # fmt: skip
+    assert main(command) == 0
+    (expected,) = interpret(graph, params, {"x": x}).values()
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["output_0"], expected)
 
 
 def test_aarch64_candidates_are_timed_and_checked_on_two_boards(arm_farm: Farm) -> None:

@@ -11,9 +11,11 @@ into the conv's kernel as its epilogue.
 (`I4`: the input channels rounded up to a multiple of 4, the extra ones zero): each
 output channel's four consecutive input channels side by side, so one 32-bit lane of a
 vector holds the four int8 weights that one dot-product instruction (x86 `vpdpbusd`,
-ARM `sdot`) multiplies by four input bytes. It sums `x * w` with the data padded by its
-zero point, which is what those instructions multiply, and adds `correction[o] =
--zero_point * sum(w[o])` (made at build time), so the result is the same as `qconv`'s.
+ARM `sdot`) multiplies by four input bytes. It sums `u * w` over `u = x + offset` (0
+for uint8 data, 128 for int8: the unsigned bytes the x86 instructions take) padded by
+`zero_point + offset`, which is what those instructions multiply, and adds
+`correction[o] = -(zero_point + offset) * sum(w[o])` (made at build time), so the
+result is the same as `qconv`'s.
 """
 
 from __future__ import annotations
@@ -111,11 +113,18 @@ def unpack_qconv_weight(packed: np.ndarray, inputs: int) -> np.ndarray:
     return unpacked[..., :inputs, :]
 
 
-def qconv_correction(weight: np.ndarray, zero_point: int) -> np.ndarray:
-    """`-zero_point * sum(w[o])` per output channel of an `...IO` weight: what
-    `qconv_pack` adds to its sum over data padded by the zero point."""
+def data_offset(dtype: str) -> int:
+    """What `qconv_pack` adds to each data byte to make it unsigned, as the x86
+    instructions multiply it: 128 for int8 data (x + 128 is x ^ 0x80), 0 for uint8."""
+    return 128 if dtype == "int8" else 0
+
+
+def qconv_correction(weight: np.ndarray, zero_point: int, data_dtype: str) -> np.ndarray:
+    """`-(zero_point + offset) * sum(w[o])` per output channel of an `...IO` weight:
+    what `qconv_pack` adds to its sum over the unsigned data (offset by `data_offset`)
+    padded by its zero point."""
     sums = weight.astype(np.int64).reshape(-1, weight.shape[-1]).sum(axis=0)
-    return (-zero_point * sums).astype(np.int32)
+    return (-(zero_point + data_offset(data_dtype)) * sums).astype(np.int32)
 
 
 def _unpacked_type(data: TensorType, weight: TensorType, attrs: QConvAttrs) -> TensorType:
@@ -163,9 +172,10 @@ def _qconv_pack_reference(
     data, packed, correction = inputs
     layout = parse_data_layout(attrs.layout, "qconv_pack", data.ndim)
     weight = unpack_qconv_weight(packed, data.shape[layout.channel_axis])
-    # sum over zero-point padding of x * w = sum((x - zp) * w) + zp * sum(w), exactly.
+    # With u = x + offset and z = zero point + offset, the sum over z-padding of u * w
+    # is sum((x - zero point) * w) + z * sum(w), exactly.
     (centred,) = _qconv_reference([data, weight], attrs)
-    full = -qconv_correction(weight, attrs.data_zero_point).astype(np.int64)
+    full = -qconv_correction(weight, attrs.data_zero_point, str(data.dtype)).astype(np.int64)
     return ((centred + full + correction).astype(np.int32),)
 
 

@@ -225,7 +225,7 @@ def _qconv_correction(arrays: Mapping[str, np.ndarray], node: Node, block: int) 
     attrs = node.attrs
     assert isinstance(attrs, QConvAttrs)
     weight = _padded(arrays[node.inputs[1].name], -1, block)
-    return qconv_correction(weight, attrs.data_zero_point)
+    return qconv_correction(weight, attrs.data_zero_point, node.inputs[0].dtype)
 
 
 def _constant_weight(
