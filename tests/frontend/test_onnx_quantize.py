@@ -274,3 +274,13 @@ def test_per_channel_vector_without_axis_dequantizes_along_its_only_axis() -> No
     graph, params = from_onnx(model)
     (out,) = interpret(graph, params, {"x": bias}).values()
     np.testing.assert_array_equal(out, bias * scale)
+
+
+def test_a_scalar_dequantizes_per_tensor() -> None:
+    """A rank-0 tensor (a quantized pad value, as EfficientNet's static padding has)
+    with the default axis 1: per-tensor, the axis does not apply."""
+    model = one_node_model(
+        "DequantizeLinear", np.array(7, np.uint8), 17,
+        {"scale": np.array(0.5, np.float32), "zero_point": np.array(3, np.uint8)},
+    )  # fmt: skip
+    check_against_onnxruntime(model, {"x": np.array(7, np.uint8)})

@@ -64,6 +64,8 @@ def _per_axis(
             f"{node.where}: {what} of shape {list(value.shape)}: blocked quantization "
             "(block_size) is not supported; Ember takes a scalar or one value per index of `axis`"
         )
+    if value.type.size == 1:
+        return _broadcast(ctx, node, value, data, None, what)  # per tensor: no axis to check
     if data.type.ndim == 1 and "axis" not in node.attrs:
         # ONNX Runtime's quantizer writes a Gemm's per-channel int32 bias this way (the
         # default axis 1 of a vector; its optimizer folds the node before it could fail).
