@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     within = 0
     for distance in sorted(counts):
         within += counts[distance]
-        print(f"  {distance} steps: {counts[distance] / total:8.4%}   (within: {within / total:8.4%})")
+        share, cumulative = counts[distance] / total, within / total
+        print(f"  {distance} steps: {share:8.4%}   (within: {cumulative:8.4%})")
     print(f"  largest difference {largest:.4g}; top-1 agrees on {same_top1}/{args.samples}")
     return 0
 

@@ -74,7 +74,10 @@ def pack_weights(
     layout and a constant floating-point weight whose output channels are whole blocks
     of 4 or more, or worth padding to whole vectors (`conv_block`), is a `conv_pack`
     reading `<weight>_OHWI<b>o` `[O/b, *kernel, I, b]`, with a `slice` after it
-    if padded. Outputs keep their values and
+    if padded. Every channels-last `qconv` with one group and a constant int8 weight
+    is a `qconv_pack` reading `<weight>_OHWI<b>o4i` `[O/b, *kernel, I/4, b, 4]` (blocks
+    of the target's int32 lanes) and a per-channel int32 correction for its data's
+    zero point, sliced like a conv if padded. Outputs keep their values and
     names; a weight read by several products is packed once; params nothing reads
     any more are dropped; targets with vectors of fewer than 4 lanes are unchanged.
     """
