@@ -74,3 +74,37 @@ def conv_chain(channels: int = 8, outputs: int = 32, size: tuple[int, int] = (10
         initializer=initializers,
     )  # fmt: skip
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), shape
+
+
+def mixed_network(seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, ...]]:
+    """A float model with each kind of product the quantized_ops pass takes: 3x3 conv
+    -> relu -> 3x3 depthwise conv -> global average pool -> flatten -> Gemm (transB=1,
+    bias) -> MatMul by a constant [40, 24]; and its input shape."""
+    rng = np.random.default_rng(seed)
+
+    def weight(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
+
+    shape = (1, 8, 10, 12)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "dw"], ["c2"], pads=[1, 1, 1, 1], group=16),
+        helper.make_node("GlobalAveragePool", ["c2"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "g", "gb"], ["o1"], transB=1),
+        helper.make_node("MatMul", ["o1", "m"], ["y"]),
+    ]
+    initializers = [
+        numpy_helper.from_array(weight(16, 8, 3, 3), "w1"),
+        numpy_helper.from_array(weight(16, 1, 3, 3), "dw"),
+        numpy_helper.from_array(weight(40, 16), "g"),
+        numpy_helper.from_array(weight(40), "gb"),
+        numpy_helper.from_array(weight(40, 24), "m"),
+    ]
+    graph = helper.make_graph(
+        nodes, "mixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24])],
+        initializer=initializers,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), shape

@@ -85,6 +85,7 @@ ARITHMETIC_FEATURES = (
     "cast",
     "int_add_sub",  # index arithmetic
     "int_mul",
+    "byte_mul",  # int8/uint8 data widened and multiplied: a quantized conv's products
     "int_div_mod",  # floordiv / floormod of fused loops
     "int_compare",  # bounds tests, min/max of ints
     "logical",  # && || !
@@ -299,7 +300,11 @@ def _count(expr: Expr, counts: _Counts) -> str:
             if op.is_comparison:
                 counts.add("float_compare" if _is_float(left) else "int_compare")
                 return "bool"
-            if not _is_float(left):
+            if op is BinaryOp.MUL and _is_byte_value(a) and _is_byte_value(b):
+                # Four of these to a 32-bit lane make one dot-product instruction
+                # (vpdpbusd, sdot) where the schedule vectorizes the packed lanes.
+                counts.add("byte_mul")
+            elif not _is_float(left):
                 counts.add(_INT_BINARY.get(op, "int_add_sub"))
             elif op in (BinaryOp.ADD, BinaryOp.SUB) and _is_float_mul(a, b):
                 counts.add("float_fma")
@@ -331,6 +336,15 @@ def _count(expr: Expr, counts: _Counts) -> str:
                 counts.add("logical")
             return dtype
     return expr.dtype  # Var, Const, Ramp, Broadcast: leaves here
+
+
+def _is_byte_value(expr: Expr) -> bool:
+    """A load of 8-bit integers, widened (`int32(x[i])`)."""
+    return (
+        isinstance(expr, Cast)
+        and isinstance(expr.value, Load)
+        and expr.value.buffer.dtype in ("int8", "uint8")
+    )
 
 
 def _is_float_mul(a: Expr, b: Expr) -> bool:

@@ -195,8 +195,9 @@ def vector_math_helpers(name: str, vtype: str, itype: str) -> list[tuple[str, st
 
 # The dot-product step of a quantized conv (ember.codegen.c, `dot_product`): lane l of
 # `acc` plus the four products of bytes a[0..3] (uint8) with w[4l..4l+3] (int8). The
-# instruction is chosen by the compiler's target macros, so one source serves every
-# target; without one, a loop of the same products (exact: int32 holds them).
+# instructions are chosen by the compiler's target macros, so one source serves every
+# target (the first condition that holds, per vector width); every variant is exact;
+# where none holds, a loop of the same products.
 _DOT4_INSTRUCTIONS = {
     16: [
         (
@@ -219,6 +220,24 @@ _DOT4_INSTRUCTIONS = {
             "  return ($v)_mm256_dpbusd_avx_epi32((__m256i)acc, _mm256_set1_epi32(quad), "
             "_mm256_loadu_si256((const __m256i*)w));",
         ),
+        (
+            # No byte dot product: bytes widened to int16 and vpmaddwd's exact pair
+            # sums (vpmaddubsw's int16 pairs would saturate: 2 * 255 * 127 > 32767),
+            # lanes 0-3 and 4-7 apart, then one horizontal add of the pairs and a
+            # permute back into lane order.
+            "defined(__AVX2__)",
+            "immintrin.h",
+            "  uint32_t bytes = (uint32_t)quad;\n"
+            "  __m256i a16 = _mm256_set1_epi64x((long long)((bytes & 0xffu) | "
+            "(bytes & 0xff00u) << 8 | (unsigned long long)(bytes & 0xff0000u) << 16 | "
+            "(unsigned long long)(bytes & 0xff000000u) << 24));\n"
+            "  __m256i low = _mm256_madd_epi16(_mm256_cvtepi8_epi16("
+            "_mm_loadu_si128((const __m128i*)w)), a16);\n"
+            "  __m256i high = _mm256_madd_epi16(_mm256_cvtepi8_epi16("
+            "_mm_loadu_si128((const __m128i*)(w + 16))), a16);\n"
+            "  __m256i sums = _mm256_permute4x64_epi64(_mm256_hadd_epi32(low, high), 0xd8);\n"
+            "  return ($v)_mm256_add_epi32((__m256i)acc, sums);",
+        ),
     ],
     4: [
         (
@@ -231,7 +250,20 @@ _DOT4_INSTRUCTIONS = {
             "  int8x16_t wv = vld1q_s8(w);\n"
             "  int32x4_t r = vdotq_s32((int32x4_t)acc, x, wv);\n"
             "  return ($v)vsubq_s32(r, vdotq_s32(vdupq_n_s32(0), vdupq_n_s8(-128), wv));",
-        )
+        ),
+        (
+            # Baseline NEON: bytes widened to int16 (a uint8 times an int8 fits),
+            # multiplied, pairs added long into int32 (saddlp), and the two lanes' pairs
+            # added (addp).
+            "defined(__aarch64__) && defined(__ARM_NEON)",
+            "arm_neon.h",
+            "  int16x8_t a16 = vreinterpretq_s16_u16(vmovl_u8(vreinterpret_u8_u32("
+            "vdup_n_u32((uint32_t)quad))));\n"
+            "  int8x16_t wv = vld1q_s8(w);\n"
+            "  int32x4_t low = vpaddlq_s16(vmulq_s16(vmovl_s8(vget_low_s8(wv)), a16));\n"
+            "  int32x4_t high = vpaddlq_s16(vmulq_s16(vmovl_s8(vget_high_s8(wv)), a16));\n"
+            "  return ($v)vaddq_s32((int32x4_t)acc, vpaddq_s32(low, high));",
+        ),
     ],
 }
 

@@ -9,10 +9,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from quantized_models import conv_chain, quantized
 from sketch_cases import DAGS, task_of
 
 from ember import te
-from ember.autoschedule import generate_sketches
+from ember.autoschedule import extract_tasks, generate_sketches
 from ember.autoschedule.annotate import sample_initial_population
 from ember.autoschedule.features import (
     FEATURE_NAMES,
@@ -20,6 +21,7 @@ from ember.autoschedule.features import (
     extract_features,
     extract_features_batch,
 )
+from ember.frontend import from_onnx
 from ember.schedule import (
     Annotation,
     AnnotationStep,
@@ -28,6 +30,7 @@ from ember.schedule import (
     SplitStep,
     State,
 )
+from ember.schedule.default import default_schedule
 
 
 def log2p(x: float) -> float:
@@ -35,7 +38,7 @@ def log2p(x: float) -> float:
 
 
 def test_names_are_unique_and_fixed() -> None:
-    assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES) == 153
+    assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES) == 154
     assert FEATURE_NAMES[0] == "float_add_sub"
     assert FEATURE_NAMES[-1] == f"buf{NUM_BUFFER_SLOTS - 1}_lines_per_reuse"
 
@@ -124,3 +127,17 @@ def test_state_that_fails_to_lower_gives_one_zero_row() -> None:
     rows = extract_features(state.with_stage(index, broken))
     assert rows.shape == (1, len(FEATURE_NAMES))
     assert not rows.any()
+
+
+def test_quantized_products_are_counted_as_byte_multiplies() -> None:
+    """A quantized conv's task counts its uint8 x int8 products (`byte_mul`, what the
+    dot-product instructions compute), not as index arithmetic; a float conv has none."""
+    model, shape = conv_chain()
+    graph, params = from_onnx(quantized(model, shape))
+    tasks, _ = extract_tasks(graph, params, "llvm")
+    column = FEATURE_NAMES.index("byte_mul")
+    for task in tasks:
+        rows = extract_features(default_schedule(task.compute_dag, task.target))
+        quantized_conv = "qconv" in task.desc
+        assert (rows[:, column].max() > 0) == quantized_conv, task.desc
+    assert any("qconv" in task.desc for task in tasks)

@@ -1,7 +1,7 @@
 """The dot-product step of quantized convs (`ember.codegen.c`, `dot_product`): a small
 quantized network compiled for each x86 flavour computes exactly what the reference
 interpreter does, and its code holds the instruction the flavour has: `vpdpbusd` on
-zmm registers (AVX-512 VNNI), on ymm (AVX-VNNI), none without VNNI (the portable loop).
+zmm registers (AVX-512 VNNI), on ymm (AVX-VNNI), `vpmaddwd` pair sums with AVX2 alone.
 A flavour this CPU lacks is compiled and disassembled but not run, with a skip that
 says so. (AArch64's `sdot`: tests/rpc/test_arm_board.py, on an emulated board.)"""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from quantized_models import conv_chain, quantized
+from quantized_models import conv_chain, mixed_network, quantized
 
 import ember
 from ember.frontend import from_onnx
@@ -37,10 +37,14 @@ def _host_flags() -> set[str]:
     return set()
 
 
-def _dpbusd_registers(library: ember.Library) -> set[str]:
-    text = subprocess.run(
+def _disassembly(library: ember.Library) -> str:
+    return subprocess.run(
         ["objdump", "-d", str(library.so_path)], capture_output=True, text=True, check=True
     ).stdout
+
+
+def _dpbusd_registers(library: ember.Library) -> set[str]:
+    text = _disassembly(library)
     return {f"{match[1]}mm" for match in re.finditer(r"vpdpbusd\S*\s+%(\w)mm", text)}
 
 
@@ -55,10 +59,25 @@ def test_quantized_convs_use_the_flavours_dot_product(flavour: str, activations:
     assert kernels.count("ember_dot4_u8i8_") >= 3  # one per conv's reduction step
     registers = _dpbusd_registers(library)
     assert registers == ({register} if register else set())
+    if register is None:  # AVX2: int16 pair sums, exact (vpmaddubsw's would saturate)
+        assert "vpmaddwd" in _disassembly(library)
     missing = needs - _host_flags()
     if missing:
         pytest.skip(f"compiled and disassembled; not run: this CPU lacks {sorted(missing)}")
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    (expected,) = interpret(graph, params, {"x": x}).values()
+    (out,) = library.load()(x=x).values()
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("activations", ["uint8", "int8"])
+def test_depthwise_and_product_layers_compile_exactly(activations: str) -> None:
+    """The depthwise conv (an unpacked grouped qconv) and the products (1x1 qconvs) of a
+    quantized network, compiled for this machine, equal the interpreter."""
+    model, shape = mixed_network()
+    graph, params = from_onnx(quantized(model, shape, activations))
+    library = ember.build(graph, "llvm", params)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     (expected,) = interpret(graph, params, {"x": x}).values()
     (out,) = library.load()(x=x).values()
     np.testing.assert_array_equal(out, expected)

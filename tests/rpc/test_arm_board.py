@@ -77,7 +77,8 @@ def test_quantized_convs_run_on_an_emulated_board(
     arm_farm: Farm, tmp_path: Path, dotprod: bool
 ) -> None:
     """int8 convs cross-compiled with +dotprod take `sdot` (the disassembly shows it);
-    without, the portable loop; both equal the reference interpreter exactly."""
+    without, widened multiplies and pair sums (`saddlp`); both equal the reference
+    interpreter exactly."""
     model, shape = conv_chain(channels=3)
     graph, params = from_onnx(quantized(model, shape))
     target = f"{TARGET},+dotprod" if dotprod else TARGET
@@ -90,6 +91,7 @@ def test_quantized_convs_run_on_an_emulated_board(
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert ("\tsdot\t" in disassembly) == dotprod
+    assert ("\tsaddlp\t" in disassembly) != dotprod  # baseline NEON: widened pair sums
     artifact = library.export_library(tmp_path / "qconv-aarch64.tar")
     x = np.random.default_rng(0).standard_normal(shape).astype("float32")
     np.savez(tmp_path / "x.npz", x=x)

@@ -17,11 +17,12 @@ Quantized models (full-integer: int8 or uint8 activations, int8 weights with a s
 per output channel, int32 biases; also int16 activations) run each operator as its
 float form between a dequantize of its quantized inputs and a quantize of its
 quantized outputs (`ember.frontend.quantization`: round half to even, saturate).
-Dequantized weights and biases fold into float params at import. For operators that
-only move values (reshapes, pools, concatenations on one grid) this is exact; for
-arithmetic, LiteRT's fixed-point requantization can round a value on the edge of a
-step the other way, so outputs agree within one quantization step. Integer kernels
-that run the quantized operators as integer arithmetic are a later step.
+Dequantized biases fold into float params at import; an int8 weight's dequantization
+stays as nodes, for the `quantized_ops` pass to run convs and fully-connected layers as
+exact integer sums. For operators that only move values (reshapes, pools,
+concatenations on one grid) this is exact; for arithmetic, LiteRT's fixed-point
+requantization can round a value on the edge of a step the other way, so outputs agree
+within one quantization step.
 
 The flatbuffer is read with the `tflite` package (the schema's generated reader).
 """
@@ -287,7 +288,11 @@ def _parameters(builder: GraphBuilder, info: _TensorInfo) -> tuple[Value, Value 
 
 def _dequantized(builder: GraphBuilder, value: Value, info: _TensorInfo) -> Value:
     name = builder.fresh_name(f"{info.name}_dq")
-    return dequantize_value(builder, value, *_parameters(builder, info), name)
+    # An int8 weight stays int8 behind its dequantization (nodes, not a folded float
+    # param) for the quantized_ops pass; fold_constants folds what it leaves.
+    weight = info.data is not None and info.type.dtype == "int8"
+    with builder.folding(not weight):
+        return dequantize_value(builder, value, *_parameters(builder, info), name)
 
 
 def _options(tflite: Any, op: Any) -> object | None:

@@ -17,9 +17,16 @@ is: those are float elementwise ops that fuse into the conv's kernel as its epil
 conv then reads uint8 (or int8) activations and an int8 weight, a quarter of the bytes,
 and its products are what the dot-product instructions compute (`qconv_pack`).
 
+Depthwise convs (one input channel per group) become grouped qconvs. Products by a
+constant quantized weight, `matmul(x, B[K, N])` (also `B = transpose(W[N, K])`, as an
+ONNX Gemm with transB imports) and `dense(x, W[N, K])`, become a 1x1 qconv over the
+rows of `x` (reshaped to `[1, 1, rows, K]`, a free view) with the weight as `[1, 1, K,
+N]`, so they take the same packed dot-product kernels; a reshape gives the sums back
+their shape.
+
 Where the pattern does not match (the data's scale or zero point varies per channel, a
-weight is computed or has a zero point, a grouped conv), the conv stays float and
-computes what the model says, as before.
+weight is computed or has a zero point, a grouped conv that is not depthwise), the op
+stays float and computes what the model says, as before.
 
 Pre: the graph as a frontend makes it (weights' dequantizations still nodes: run
 before `fold_constants`). Post: each matched conv's output value is the `multiply`
@@ -29,7 +36,7 @@ dequantization nodes nothing reads any more are gone, with their params.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -45,7 +52,8 @@ from ember.graph.ir import (
     prune_params,
     remove_dead_nodes,
 )
-from ember.graph.ops.attrs import CastAttrs, ConvAttrs, QConvAttrs
+from ember.graph.ops import evaluate
+from ember.graph.ops.attrs import CastAttrs, ConvAttrs, QConvAttrs, ReshapeAttrs
 from ember.graph.ops.layout import parse_data_layout, parse_kernel_layout
 from ember.graph.passes.rewrite import make_node
 
@@ -60,77 +68,171 @@ class _Dequantized:
 
 
 def quantized_ops(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, Params]:
-    """Replace each conv of a dequantized tensor and a dequantized int8 weight by a
-    `qconv` and its scaling (see the module docstring)."""
+    """Replace each conv or product of a dequantized tensor and a dequantized int8
+    weight by a `qconv` and its scaling (see the module docstring)."""
     arrays: Params = {v.name: np.asarray(params[v.name]) for v in graph.params}
     producers = graph.producers()
     names = NameSupply.for_graph(graph)
     new_params = list(graph.params)
     nodes: list[Node] = []
+
+    def param(hint: str, array: np.ndarray) -> Value:
+        value = Value(names.fresh(hint), TensorType.of(array))
+        arrays[value.name] = array
+        new_params.append(value)
+        return value
+
     for node in graph.nodes:
-        replacement = _integer_conv(node, producers, arrays)
-        if replacement is None:
+        conv = _integer_conv(node, producers, arrays)
+        product = None if conv is not None else _integer_product(node, producers, arrays)
+        if conv is None and product is None:
             nodes.append(node)
             continue
-        data, weight, scale = replacement
-        attrs = node.attrs
-        assert isinstance(attrs, ConvAttrs)
+        if conv is not None:
+            data, integers_weight, scale = conv
+            attrs = node.attrs
+            assert isinstance(attrs, ConvAttrs)
+        else:
+            assert product is not None
+            data, integers_weight, scale = product
+            attrs = _ONE_BY_ONE
+        weight_value = param(f"{node.name}_weight_int8", integers_weight)
         zero_point = 0 if data.zero_point is None else int(data.zero_point.reshape(-1)[0])
         conv_fields = {f.name: getattr(attrs, f.name) for f in fields(ConvAttrs)}
+        qconv_attrs = QConvAttrs(**conv_fields, data_zero_point=zero_point)
+        integers = data.integers
+        if product is not None:  # rows of the product as the pixels of a 1x1 conv
+            rows = integers.type.size // integers.shape[-1]
+            flat = (1, 1, rows, integers.shape[-1])
+            nodes.append(_reshape(integers, flat, names.fresh(f"{node.name}_rows")))
+            integers = nodes[-1].output
         qconv = make_node(
             "qconv",
-            [data.integers, weight.integers],
-            QConvAttrs(**conv_fields, data_zero_point=zero_point),
+            [integers, weight_value],
+            qconv_attrs,
             name=names.fresh(f"{node.name}_qconv"),
         )
+        nodes.append(qconv)
+        sums = qconv.output
+        if product is not None:
+            nodes.append(_reshape(sums, node.output.shape, names.fresh(f"{node.name}_sums")))
+            sums = nodes[-1].output
         as_float = make_node(
-            "cast", [qconv.output], CastAttrs("float32"), name=names.fresh(f"{node.name}_float")
+            "cast", [sums], CastAttrs("float32"), name=names.fresh(f"{node.name}_float")
         )
-        scale_value = Value(names.fresh(f"{node.name}_scale"), TensorType.of(scale))
-        arrays[scale_value.name] = scale
-        new_params.append(scale_value)
         scaled = make_node(
             "multiply",
-            [as_float.output, scale_value],
+            [as_float.output, param(f"{node.name}_scale", scale)],
             NoAttrs(),
             name=names.fresh(f"{node.name}_scaled"),
             output_names=[node.output.name],
         )
-        nodes.extend([qconv, as_float, scaled])
+        nodes.extend([as_float, scaled])
     rebuilt = remove_dead_nodes(graph.replace(nodes=tuple(nodes), params=tuple(new_params)))
     return prune_params(rebuilt, arrays)
 
 
 def _integer_conv(
     node: Node, producers: Mapping[str, Node], arrays: Mapping[str, np.ndarray]
-) -> tuple[_Dequantized, _Dequantized, np.ndarray] | None:
-    """(data, weight, the output's scale shaped for the output) if `node` is a conv of a
-    dequantized tensor (scalar scale and zero point) and a dequantized int8 param (a
-    scale per output channel, no zero point) in one group; else None."""
-    if node.op != "conv" or not isinstance(node.attrs, ConvAttrs) or node.attrs.groups != 1:
+) -> tuple[_Dequantized, np.ndarray, np.ndarray] | None:
+    """(data, the int8 weight in the conv's kernel layout, the output's scale shaped for
+    the output) if `node` is a conv, in one group or depthwise, of a dequantized tensor
+    (scalar scale and zero point) and a dequantized int8 param (a scale per output
+    channel, no zero point); else None."""
+    if node.op != "conv" or not isinstance(node.attrs, ConvAttrs):
+        return None
+    if node.attrs.groups != 1 and not _is_depthwise(node):
         return None
     data = _dequantized(node.inputs[0], producers, arrays)
-    weight = _dequantized(node.inputs[1], producers, arrays)
-    if data is None or weight is None:
+    weight = _weight(node.inputs[1], producers, arrays)
+    if data is None or weight is None or not _per_tensor(data):
         return None
-    if data.integers.dtype not in ("uint8", "int8") or data.scale.size != 1:
-        return None
-    if data.zero_point is not None and data.zero_point.size != 1:
-        return None
-    if weight.integers.dtype != "int8" or weight.integers.name not in arrays:
-        return None
-    if weight.zero_point is not None:
-        return None
+    integers, scale = weight
     attrs = node.attrs
     layout = parse_data_layout(attrs.layout, "conv", node.output.type.ndim)
     kernel_layout = parse_kernel_layout(attrs.kernel_layout, "conv", layout.spatial_rank)
-    weight_scale = _along(weight.scale, weight.integers.shape, kernel_layout.out_axis)
+    weight_scale = _along(scale, integers.shape, kernel_layout.out_axis)
     if weight_scale is None:
         return None
     # The output's channel axis, and the axes after it, broadcast against the output.
     trailing = node.output.type.ndim - 1 - layout.channel_axis
     combined = (data.scale.reshape(()).astype(np.float32) * weight_scale).astype(np.float32)
-    return data, weight, combined.reshape((combined.size,) + (1,) * trailing)
+    return data, integers, combined.reshape((combined.size,) + (1,) * trailing)
+
+
+def _weight(
+    value: Value, producers: Mapping[str, Node], arrays: Mapping[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """`value` as a dequantized int8 param with no zero point, maybe re-laid out by a
+    transpose or reshape after the dequantization (as the TFLite frontend turns OHWI
+    filters into HWIO): (the integers laid out as `value`, the scale broadcast to the
+    same shape); else None."""
+    relayout = producers.get(value.name)
+    if relayout is not None and relayout.op in ("transpose", "reshape"):
+        source = relayout.inputs[0]
+    else:
+        relayout, source = None, value
+    weight = _dequantized(source, producers, arrays)
+    if weight is None or weight.zero_point is not None:
+        return None
+    if weight.integers.dtype != "int8" or weight.integers.name not in arrays:
+        return None
+    integers = arrays[weight.integers.name]
+    if integers.size == 0 or weight.scale.ndim > integers.ndim:
+        return None
+    scale = np.broadcast_to(weight.scale, integers.shape).astype(np.float32)
+    if relayout is not None:
+        (integers,) = evaluate(relayout.op, [integers], relayout.attrs)
+        (scale,) = evaluate(relayout.op, [scale], relayout.attrs)
+    return np.ascontiguousarray(integers), np.asarray(scale)
+
+
+def _is_depthwise(node: Node) -> bool:
+    """One input channel per group (a channel multiplier of 1)."""
+    attrs = node.attrs
+    assert isinstance(attrs, ConvAttrs)
+    layout = parse_data_layout(attrs.layout, "conv", node.output.type.ndim)
+    channels = node.inputs[0].shape[layout.channel_axis]
+    return attrs.groups == channels == node.output.shape[layout.channel_axis]
+
+
+_ONE_BY_ONE = ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "NHWC", "HWIO")
+
+
+def _integer_product(
+    node: Node, producers: Mapping[str, Node], arrays: Mapping[str, np.ndarray]
+) -> tuple[_Dequantized, np.ndarray, np.ndarray] | None:
+    """(data, the weight as a 1x1 conv's HWIO int8 array [1, 1, K, N], the output's
+    scale [N]) if `node` is `matmul(x, B[K, N])` or `dense(x, W[N, K])` of a dequantized
+    tensor (one scale and zero point) and a dequantized int8 param (a scale per output
+    column, no zero point), B maybe a transpose of such a W; else None."""
+    if node.op not in ("matmul", "dense") or node.inputs[0].type.ndim < 2:
+        return None
+    right = node.inputs[1]
+    if right.type.ndim != 2:
+        return None
+    data = _dequantized(node.inputs[0], producers, arrays)
+    weight = _weight(right, producers, arrays)
+    if data is None or weight is None or not _per_tensor(data):
+        return None
+    integers, scale = weight
+    rows_are_outputs = node.op == "dense"  # W[N, K]; matmul's B is [K, N]
+    column_scale = _along(scale, integers.shape, 0 if rows_are_outputs else 1)
+    if column_scale is None:
+        return None
+    by_columns = integers.T if rows_are_outputs else integers  # [K, N]
+    combined = (data.scale.reshape(()).astype(np.float32) * column_scale).astype(np.float32)
+    return data, np.ascontiguousarray(by_columns)[None, None], combined
+
+
+def _per_tensor(data: _Dequantized) -> bool:
+    if data.integers.dtype not in ("uint8", "int8") or data.scale.size != 1:
+        return False
+    return data.zero_point is None or data.zero_point.size == 1
+
+
+def _reshape(value: Value, shape: tuple[int, ...], name: str) -> Node:
+    return make_node("reshape", [value], ReshapeAttrs(tuple(shape)), name=name)
 
 
 def _dequantized(
@@ -161,10 +263,11 @@ def _dequantized(
     return _Dequantized(source.inputs[0], arrays[scale.name], zero_point)
 
 
-def _along(scale: np.ndarray, shape: tuple[int, ...], axis: int) -> np.ndarray | None:
-    """A scale broadcast against a tensor of `shape` as a vector along `axis` (one value
-    per index), or None if it varies along another axis."""
-    aligned = scale.reshape((1,) * (len(shape) - scale.ndim) + scale.shape)
-    if any(size != 1 for index, size in enumerate(aligned.shape) if index != axis):
+def _along(scale: np.ndarray, shape: Sequence[int], axis: int) -> np.ndarray | None:
+    """A weight's scale (broadcast to the weight's `shape`) as a vector along `axis`
+    (one value per output channel), or None if it also varies along another axis."""
+    per_index = np.moveaxis(np.broadcast_to(scale, tuple(shape)), axis, 0)
+    per_index = per_index.reshape(shape[axis], -1)
+    if per_index.shape[1] and not (per_index == per_index[:, :1]).all():
         return None
-    return np.broadcast_to(aligned.reshape(-1), (shape[axis],)).astype(np.float32)
+    return np.ascontiguousarray(per_index[:, 0]).astype(np.float32)

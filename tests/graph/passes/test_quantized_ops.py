@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from quantized_models import conv_chain, quantized  # tests/ is on sys.path (pyproject)
+from quantized_models import conv_chain, mixed_network, quantized  # tests/ is on sys.path
 
 from ember.frontend import from_onnx
 from ember.graph import interpret, verify
@@ -106,6 +106,26 @@ def test_a_weight_zero_point_stays_float() -> None:
     _stays_float(_hand_quantized(np.array(0.1), weight, weight_zero=2))
 
 
-def test_a_depthwise_conv_stays_float() -> None:
-    weight = np.random.default_rng(7).integers(-127, 128, (4, 1, 3, 3)).astype(np.int8)
-    _stays_float(_hand_quantized(np.array(0.1), weight, group=4))
+def test_a_grouped_conv_stays_float() -> None:
+    weight = np.random.default_rng(7).integers(-127, 128, (8, 2, 3, 3)).astype(np.int8)
+    _stays_float(_hand_quantized(np.array(0.1), weight, group=2))
+
+
+def test_depthwise_convs_and_products_become_integer_convs() -> None:
+    """A depthwise conv is a grouped qconv; Gemm (transB) and MatMul by a constant are
+    1x1 qconvs over their rows, between reshapes."""
+    model, shape = mixed_network()
+    graph, params = from_onnx(quantized(model, shape))
+    result, result_params = quantized_ops(graph, params)
+    verify(result)
+    qconvs = [node for node in result.nodes if node.op == "qconv"]
+    assert [node.attrs.groups for node in qconvs] == [1, 16, 1, 1]
+    assert not {"conv", "matmul", "dense"} & set(_ops(result))
+    assert [result_params[node.inputs[1].name].shape for node in qconvs[2:]] == [
+        (1, 1, 16, 40),
+        (1, 1, 40, 24),
+    ]
+    x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    np.testing.assert_array_equal(
+        interpret(result, result_params, {"x": x})["y"], interpret(graph, params, {"x": x})["y"]
+    )
