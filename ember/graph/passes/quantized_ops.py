@@ -19,10 +19,11 @@ and its products are what the dot-product instructions compute (`qconv_pack`).
 
 Depthwise convs (one input channel per group) become grouped qconvs. Products by a
 constant quantized weight, `matmul(x, B[K, N])` (also `B = transpose(W[N, K])`, as an
-ONNX Gemm with transB imports) and `dense(x, W[N, K])`, become a 1x1 qconv over the
-rows of `x` (reshaped to `[1, 1, rows, K]`, a free view) with the weight as `[1, 1, K,
-N]`, so they take the same packed dot-product kernels; a reshape gives the sums back
-their shape.
+ONNX Gemm with transB imports) and `dense(x, W[N, K])`, become a 1x1 qconv with the
+weight as `[1, K, N]` (`[1, 1, K, N]`): 3-d data `[batch, rows, K]` is NWC as it is,
+4-d data NHWC, so the sums already have the product's shape and its epilogue fuses;
+data of other ranks (a Gemm's `[M, K]`) is reshaped to `[1, rows, K]` and the sums
+back. They take the same packed dot-product kernels.
 
 Where the pattern does not match (the data's scale or zero point varies per channel, a
 weight is computed or has a zero point, a grouped conv that is not depthwise), the op
@@ -95,16 +96,18 @@ def quantized_ops(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph
         else:
             assert product is not None
             data, integers_weight, scale = product
-            attrs = _ONE_BY_ONE
+            spatial_rank = 2 if data.integers.type.ndim == 4 else 1
+            attrs = _ONE_BY_ONE[spatial_rank]
+            integers_weight = integers_weight.reshape((1,) * spatial_rank + integers_weight.shape)
         weight_value = param(f"{node.name}_weight_int8", integers_weight)
         zero_point = 0 if data.zero_point is None else int(data.zero_point.reshape(-1)[0])
         conv_fields = {f.name: getattr(attrs, f.name) for f in fields(ConvAttrs)}
         qconv_attrs = QConvAttrs(**conv_fields, data_zero_point=zero_point)
         integers = data.integers
-        if product is not None:  # rows of the product as the pixels of a 1x1 conv
-            rows = integers.type.size // integers.shape[-1]
-            flat = (1, 1, rows, integers.shape[-1])
-            nodes.append(_reshape(integers, flat, names.fresh(f"{node.name}_rows")))
+        reshaped = product is not None and integers.type.ndim not in (3, 4)
+        if reshaped:  # the rows of the product as the pixels of a 1-d conv
+            rows = (1, integers.type.size // integers.shape[-1], integers.shape[-1])
+            nodes.append(_reshape(integers, rows, names.fresh(f"{node.name}_rows")))
             integers = nodes[-1].output
         qconv = make_node(
             "qconv",
@@ -114,7 +117,7 @@ def quantized_ops(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph
         )
         nodes.append(qconv)
         sums = qconv.output
-        if product is not None:
+        if reshaped:
             nodes.append(_reshape(sums, node.output.shape, names.fresh(f"{node.name}_sums")))
             sums = nodes[-1].output
         as_float = make_node(
@@ -196,16 +199,21 @@ def _is_depthwise(node: Node) -> bool:
     return attrs.groups == channels == node.output.shape[layout.channel_axis]
 
 
-_ONE_BY_ONE = ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "NHWC", "HWIO")
+# A product over the last axis as a 1x1 conv, by the spatial rank: [N, W, K] (3-d data
+# and, reshaped to it, any other rank but 4) and [N, H, W, K].
+_ONE_BY_ONE = {
+    1: ConvAttrs((1,), (0, 0), (1,), 1, "NWC", "WIO"),
+    2: ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "NHWC", "HWIO"),
+}
 
 
 def _integer_product(
     node: Node, producers: Mapping[str, Node], arrays: Mapping[str, np.ndarray]
 ) -> tuple[_Dequantized, np.ndarray, np.ndarray] | None:
-    """(data, the weight as a 1x1 conv's HWIO int8 array [1, 1, K, N], the output's
-    scale [N]) if `node` is `matmul(x, B[K, N])` or `dense(x, W[N, K])` of a dequantized
-    tensor (one scale and zero point) and a dequantized int8 param (a scale per output
-    column, no zero point), B maybe a transpose of such a W; else None."""
+    """(data, the int8 weight as [K, N], the output's scale [N]) if `node` is
+    `matmul(x, B[K, N])` or `dense(x, W[N, K])` of a dequantized tensor (one scale and
+    zero point) and a dequantized int8 param (a scale per output column, no zero point),
+    B maybe a transpose of such a W; else None."""
     if node.op not in ("matmul", "dense") or node.inputs[0].type.ndim < 2:
         return None
     right = node.inputs[1]
@@ -222,7 +230,7 @@ def _integer_product(
         return None
     by_columns = integers.T if rows_are_outputs else integers  # [K, N]
     combined = (data.scale.reshape(()).astype(np.float32) * column_scale).astype(np.float32)
-    return data, np.ascontiguousarray(by_columns)[None, None], combined
+    return data, np.ascontiguousarray(by_columns), combined
 
 
 def _per_tensor(data: _Dequantized) -> bool:

@@ -113,7 +113,7 @@ def test_a_grouped_conv_stays_float() -> None:
 
 def test_depthwise_convs_and_products_become_integer_convs() -> None:
     """A depthwise conv is a grouped qconv; Gemm (transB) and MatMul by a constant are
-    1x1 qconvs over their rows, between reshapes."""
+    1x1 qconvs over their rows (2-d data reshaped to [1, rows, K] and back)."""
     model, shape = mixed_network()
     graph, params = from_onnx(quantized(model, shape))
     result, result_params = quantized_ops(graph, params)
@@ -121,9 +121,10 @@ def test_depthwise_convs_and_products_become_integer_convs() -> None:
     qconvs = [node for node in result.nodes if node.op == "qconv"]
     assert [node.attrs.groups for node in qconvs] == [1, 16, 1, 1]
     assert not {"conv", "matmul", "dense"} & set(_ops(result))
+    # 2-d data as [1, rows, K] for a 1-d 1x1 conv (NWC), the weight as WIO [1, K, N]
     assert [result_params[node.inputs[1].name].shape for node in qconvs[2:]] == [
-        (1, 1, 16, 40),
-        (1, 1, 40, 24),
+        (1, 16, 40),
+        (1, 40, 24),
     ]
     x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
     np.testing.assert_array_equal(
