@@ -90,10 +90,34 @@ def _stays_float(model: onnx.ModelProto) -> None:
     )
 
 
-def test_the_hand_made_pattern_matches() -> None:
+def test_the_hand_made_pattern_golden(check_pass) -> None:
+    """Before: Q, DQ of the data, DQ of the weight (cast, multiply), conv. After: the
+    conv reads the uint8 data and the int8 weight; its sum is scaled by xs * ws."""
     weight = np.random.default_rng(4).integers(-127, 128, (8, 4, 3, 3)).astype(np.int8)
     graph, params = from_onnx(_hand_quantized(np.array(0.1), weight))
-    assert "qconv" in _ops(quantized_ops(graph, params)[0])
+    _, result_params = check_pass(
+        quantized_ops, graph, params,
+        expected="""
+        graph hand(%x: float32[1, 4, 5, 5]) -> (%y: float32[1, 8, 5, 5]) {
+          param %xs: float32[]
+          param %QuantizeLinear_0_zp_float_1: float32[]
+          param %Conv_3_weight_int8: int8[8, 4, 3, 3]
+          param %Conv_3_scale: float32[8, 1, 1]
+          %QuantizeLinear_0_scaled = divide(%x, %xs) : float32[1, 4, 5, 5]
+          %QuantizeLinear_0_rounded = round(%QuantizeLinear_0_scaled) : float32[1, 4, 5, 5]
+          %QuantizeLinear_0_shifted = add(%QuantizeLinear_0_rounded, %QuantizeLinear_0_zp_float_1) : float32[1, 4, 5, 5]
+          %QuantizeLinear_0_saturated = clip(%QuantizeLinear_0_shifted) {low=0.0, high=255.0} : float32[1, 4, 5, 5]
+          %QuantizeLinear_0 = cast(%QuantizeLinear_0_saturated) {dtype="uint8"} : uint8[1, 4, 5, 5]
+          %Conv_3_qconv = qconv(%QuantizeLinear_0, %Conv_3_weight_int8) {strides=[1, 1], padding=[1, 1, 1, 1], dilations=[1, 1], groups=1, layout="NCHW", kernel_layout="OIHW", data_zero_point=3} : int32[1, 8, 5, 5]
+          %Conv_3_float = cast(%Conv_3_qconv) {dtype="float32"} : float32[1, 8, 5, 5]
+          %y = multiply(%Conv_3_float, %Conv_3_scale) : float32[1, 8, 5, 5]
+        }
+        """,  # noqa: E501
+    )  # fmt: skip
+    np.testing.assert_array_equal(result_params["Conv_3_weight_int8"], weight)
+    np.testing.assert_array_equal(
+        result_params["Conv_3_scale"], np.full((8, 1, 1), np.float32(0.1) * np.float32(0.05))
+    )
 
 
 def test_a_data_scale_per_channel_stays_float() -> None:
