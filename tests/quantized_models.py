@@ -108,3 +108,36 @@ def mixed_network(seed: int = 0) -> tuple[onnx.ModelProto, tuple[int, ...]]:
         initializer=initializers,
     )  # fmt: skip
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), shape
+
+
+def moving_model(second_scale: float) -> onnx.ModelProto:
+    """x quantized twice (scales 0.1 and `second_scale`, zero point 3), each dequantized;
+    a max pool (ceil mode, padding 1) of the first; a concat of both."""
+    q = [
+        helper.make_node("QuantizeLinear", ["x", "s1", "z"], ["q1"]),
+        helper.make_node("DequantizeLinear", ["q1", "s1", "z"], ["d1"]),
+        helper.make_node("QuantizeLinear", ["x", "s2", "z"], ["q2"]),
+        helper.make_node("DequantizeLinear", ["q2", "s2", "z"], ["d2"]),
+        helper.make_node(
+            "MaxPool",
+            ["d1"],
+            ["p"],
+            kernel_shape=[3, 3],
+            strides=[2, 2],
+            pads=[1, 1, 1, 1],
+            ceil_mode=1,
+        ),
+        helper.make_node("Concat", ["d1", "d2"], ["c"], axis=1),
+    ]
+    initializers = [
+        numpy_helper.from_array(np.array(0.1, np.float32), "s1"),
+        numpy_helper.from_array(np.array(second_scale, np.float32), "s2"),
+        numpy_helper.from_array(np.array(3, np.uint8), "z"),
+    ]
+    graph = helper.make_graph(
+        q, "moving", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [helper.make_tensor_value_info("p", TensorProto.FLOAT, [1, 4, 4, 4]),
+         helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 8, 6, 6])],
+        initializer=initializers,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

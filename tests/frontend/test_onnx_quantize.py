@@ -19,7 +19,9 @@ from onnxruntime.quantization import (
     quantize_dynamic,
     quantize_static,
 )
+from quantized_models import moving_model
 
+import ember
 from ember.cli import main
 from ember.errors import UnsupportedOperatorError
 from ember.frontend import from_onnx
@@ -200,6 +202,19 @@ def test_quantized_model_compiles_and_runs(form: str, tmp_path: Path) -> None:
             np.testing.assert_allclose(data["output_0"], want, rtol=RTOL, atol=ATOL)
         else:
             _within_one_step(data["output_0"], want, _output_step(model))
+
+
+def test_integer_max_pools_and_concats_compile_exactly() -> None:
+    """The max pool and the concat that quantized_ops runs on uint8 values, compiled,
+    equal the interpreter of the imported graph."""
+    graph, params = from_onnx(moving_model(0.1))
+    library = ember.build(graph, "llvm", params)
+    kernels = [group["kernel"] for group in library.metadata["groups"]]
+    assert any(kernel.startswith("max_pool_cast") for kernel in kernels), kernels
+    x = np.random.default_rng(9).standard_normal((1, 4, 6, 6)).astype(np.float32) * 2
+    want, got = interpret(graph, params, {"x": x}), library.load()(x=x)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
 
 
 # -- ember quantize ------------------------------------------------------------------------

@@ -25,6 +25,12 @@ weight as `[1, K, N]` (`[1, 1, K, N]`): 3-d data `[batch, rows, K]` is NWC as it
 data of other ranks (a Gemm's `[M, K]`) is reshaped to `[1, rows, K]` and the sums
 back. They take the same packed dot-product kernels.
 
+Max pools (dequantization is increasing) and concats of values on one grid (one dtype,
+scale and zero point) commute with the dequantization: they run on the integers, and
+the dequantization follows them, fused with whatever reads it. Adds, average pools and
+concats across grids requantize through float, as ONNX Runtime's QLinearAdd and
+QLinearConcat do, and stay float ops fused into their neighbours.
+
 Where the pattern does not match (the data's scale or zero point varies per channel, a
 weight is computed or has a zero point, a grouped conv that is not depthwise), the op
 stays float and computes what the model says, as before.
@@ -54,7 +60,7 @@ from ember.graph.ir import (
     remove_dead_nodes,
 )
 from ember.graph.ops import evaluate
-from ember.graph.ops.attrs import CastAttrs, ConvAttrs, QConvAttrs, ReshapeAttrs
+from ember.graph.ops.attrs import CastAttrs, ConvAttrs, PoolAttrs, QConvAttrs, ReshapeAttrs
 from ember.graph.ops.layout import parse_data_layout, parse_kernel_layout
 from ember.graph.passes.rewrite import make_node
 
@@ -66,6 +72,8 @@ class _Dequantized:
     integers: Value
     scale: np.ndarray
     zero_point: np.ndarray | None
+    scale_value: Value
+    zero_value: Value | None
 
 
 def quantized_ops(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, Params]:
@@ -84,6 +92,10 @@ def quantized_ops(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph
         return value
 
     for node in graph.nodes:
+        moved = _integer_move(node, producers, arrays)
+        if moved is not None:
+            nodes.extend(_moved_nodes(node, *moved, names))
+            continue
         conv = _integer_conv(node, producers, arrays)
         product = None if conv is not None else _integer_product(node, producers, arrays)
         if conv is None and product is None:
@@ -190,6 +202,83 @@ def _weight(
     return np.ascontiguousarray(integers), np.asarray(scale)
 
 
+def _integer_move(
+    node: Node, producers: Mapping[str, Node], arrays: Mapping[str, np.ndarray]
+) -> tuple[list[Value], _Dequantized] | None:
+    """(the inputs' integers, their one dequantization) if `node` only moves values and
+    so commutes with it: a max pool (dequantization is increasing; every window holds a
+    real element) or a concat of values on one grid (the same dtype, scale and zero
+    point); else None."""
+    if node.op in ("max_pool", "global_max_pool"):
+        attrs = node.attrs
+        if isinstance(attrs, PoolAttrs):
+            rank = len(attrs.kernel)
+            pads = zip(attrs.kernel, attrs.padding[:rank], attrs.padding[rank:], strict=True)
+            # Windows start inside the data or its left padding (ceil mode too), so
+            # with padding narrower than the window each holds a real element.
+            if any(max(a, b) >= k for k, a, b in pads):
+                return None
+        data = _dequantized(node.inputs[0], producers, arrays)
+        if data is None or not _per_tensor(data) or float(data.scale.reshape(-1)[0]) <= 0:
+            return None
+        return [data.integers], data
+    if node.op == "concat":
+        parts = [_dequantized(value, producers, arrays) for value in node.inputs]
+        first = parts[0]
+        if first is None or not _per_tensor(first):
+            return None
+        same = [
+            part
+            for part in parts
+            if part is not None
+            and part.integers.dtype == first.integers.dtype
+            and _per_tensor(part)
+            and np.array_equal(part.scale, first.scale)
+            and _same_zero(part.zero_point, first.zero_point)
+        ]
+        return ([part.integers for part in same], first) if len(same) == len(parts) else None
+    return None
+
+
+def _same_zero(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    a = np.zeros(()) if a is None else a
+    b = np.zeros(()) if b is None else b
+    return bool(np.array_equal(a.reshape(-1), b.reshape(-1)))
+
+
+def _moved_nodes(
+    node: Node, inputs: list[Value], data: _Dequantized, names: NameSupply
+) -> list[Node]:
+    """`node` on the integers of its inputs, then their dequantization."""
+    moved = make_node(node.op, inputs, node.attrs, name=names.fresh(f"{node.name}_integers"))
+    result = [moved]
+    floats = make_node(
+        "cast", [moved.output], CastAttrs("float32"), name=names.fresh(f"{node.name}_float")
+    )
+    result.append(floats)
+    centred = floats.output
+    if data.zero_value is not None:
+        result.append(
+            make_node(
+                "subtract",
+                [centred, data.zero_value],
+                NoAttrs(),
+                name=names.fresh(f"{node.name}_centred"),
+            )
+        )
+        centred = result[-1].output
+    result.append(
+        make_node(
+            "multiply",
+            [centred, data.scale_value],
+            NoAttrs(),
+            name=names.fresh(f"{node.name}_dequantized"),
+            output_names=[node.output.name],
+        )
+    )
+    return result
+
+
 def _is_depthwise(node: Node) -> bool:
     """One input channel per group (a channel multiplier of 1)."""
     attrs = node.attrs
@@ -255,20 +344,21 @@ def _dequantized(
     if scale.name not in arrays or centred.type != value.type:
         return None
     zero_point: np.ndarray | None = None
+    zero_value: Value | None = None
     source = producers.get(centred.name)
     if source is not None and source.op == "subtract":
         floats, offset = source.inputs
         if offset.name not in arrays or floats.type != centred.type:
             return None
-        zero_point = arrays[offset.name]
+        zero_point, zero_value = arrays[offset.name], offset
         if not np.array_equal(zero_point, np.round(zero_point)):
             return None
         source = producers.get(floats.name)
     if source is None or source.op != "cast" or source.inputs[0].dtype not in ("uint8", "int8"):
         return None
     if zero_point is not None and not zero_point.any():
-        zero_point = None
-    return _Dequantized(source.inputs[0], arrays[scale.name], zero_point)
+        zero_point = zero_value = None
+    return _Dequantized(source.inputs[0], arrays[scale.name], zero_point, scale, zero_value)
 
 
 def _along(scale: np.ndarray, shape: Sequence[int], axis: int) -> np.ndarray | None:

@@ -7,7 +7,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from quantized_models import conv_chain, mixed_network, quantized  # tests/ is on sys.path
+from quantized_models import (  # tests/ is on sys.path
+    conv_chain,
+    mixed_network,
+    moving_model,
+    quantized,
+)
 
 from ember.frontend import from_onnx
 from ember.graph import interpret, verify
@@ -154,3 +159,21 @@ def test_depthwise_convs_and_products_become_integer_convs() -> None:
     np.testing.assert_array_equal(
         interpret(result, result_params, {"x": x})["y"], interpret(graph, params, {"x": x})["y"]
     )
+
+
+def test_max_pools_and_concats_of_one_grid_move_integers() -> None:
+    """Dequantization commutes with a max pool and with a concat of values on one grid:
+    they run on the uint8 values, dequantized after; a concat across grids stays
+    float."""
+    for second_scale, integer_concat in ((0.1, True), (0.2, False)):
+        graph, params = from_onnx(moving_model(second_scale))
+        result, result_params = quantized_ops(graph, params)
+        verify(result)
+        integer_ops = {n.op for n in result.nodes if n.inputs[0].dtype == "uint8"}
+        assert "max_pool" in integer_ops
+        assert ("concat" in integer_ops) == integer_concat
+        x = np.random.default_rng(9).standard_normal((1, 4, 6, 6)).astype(np.float32) * 2
+        want = interpret(graph, params, {"x": x})
+        got = interpret(result, result_params, {"x": x})
+        for name in ("p", "c"):
+            np.testing.assert_array_equal(got[name], want[name])
