@@ -37,6 +37,7 @@ from ember.graph.ops.attrs import (
     LayoutAttrs,
     PadAttrs,
     PoolAttrs,
+    QConvAttrs,
     ReduceAttrs,
     ReshapeAttrs,
     ResizeAttrs,
@@ -91,6 +92,11 @@ def case(op: str, arrays: Sequence[np.ndarray], attrs: Attrs | None = None, **kw
 def case_id(value: Case) -> str:
     shapes = "-".join("x".join(map(str, a.shape)) for a in value.arrays[:2])
     return f"{value.op}-{shapes}{'-epi' if value.epilogue else ''}"
+
+
+def _bytes(*shape: int, seed: int = 0, dtype: str = "int8") -> np.ndarray:
+    low, high = (0, 256) if dtype == "uint8" else (-128, 128)
+    return np.random.default_rng(seed).integers(low, high, shape).astype(dtype)
 
 
 # -- the case table ------------------------------------------------------------------
@@ -302,6 +308,32 @@ CASES += [
         epilogue="last",
     ),
     case("matmul", [rand(24), rand(2, 24, 32, seed=1)], data=2),
+    # Integer convs: NCHW; packed with input channels padded to 8 and a 16-lane tile of
+    # dot-product steps; int8 data made unsigned; depthwise.
+    case(
+        "qconv",
+        [_bytes(1, 6, 7, 9, dtype="uint8"), _bytes(8, 6, 3, 3, seed=1)],
+        QConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1, data_zero_point=77),
+    ),
+    case(
+        "qconv_pack",
+        [
+            _bytes(1, 9, 9, 6, dtype="uint8"),
+            _bytes(2, 3, 3, 2, 16, 4, seed=1),
+            np.arange(32, dtype=np.int32) * 37 - 500,
+        ],
+        QConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1, "NHWC", "HWIO", data_zero_point=131),
+    ),
+    case(
+        "qconv_pack",
+        [_bytes(2, 10, 11, 16), _bytes(1, 3, 3, 4, 16, 4, seed=1), np.zeros(16, np.int32)],
+        QConvAttrs((2, 2), (1, 0, 1, 1), (1, 1), 1, "NHWC", "HWIO", data_zero_point=-4),
+    ),
+    case(
+        "qconv",
+        [_bytes(1, 8, 8, 32, dtype="uint8"), _bytes(3, 3, 1, 32, seed=1)],
+        QConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 32, "NHWC", "HWIO", data_zero_point=5),
+    ),
 ]
 
 

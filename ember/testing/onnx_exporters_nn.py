@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from onnx import TensorProto
 
 from ember.errors import UnsupportedOperatorError
 from ember.graph.ir import Node, Value
@@ -24,9 +25,11 @@ from ember.graph.ops.attrs import (
     LayoutAttrs,
     LrnAttrs,
     PoolAttrs,
+    QConvAttrs,
     ResizeAttrs,
 )
-from ember.graph.ops.layout import parse_kernel_layout
+from ember.graph.ops.layout import parse_data_layout, parse_kernel_layout
+from ember.graph.ops.quantized import DOT_GROUP, data_offset
 from ember.graph.ops.sparse import SparseDenseAttrs, dense_from_bsr
 from ember.testing.to_onnx import Exporter, exporter
 
@@ -342,3 +345,95 @@ def _resize_shape_inputs(
     raise _unsupported(
         node, f"scales {attrs.scales} and sizes {attrs.sizes} cannot both be kept in ONNX"
     )
+
+
+@exporter("qconv")
+def _qconv(export: Exporter, node: Node) -> None:
+    """ONNX's ConvInteger: the same sum of (x - x_zero_point) * w in int32."""
+    attrs = node.attrs
+    assert isinstance(attrs, QConvAttrs)
+    weight_value = node.inputs[1]
+    kernel = parse_kernel_layout(attrs.kernel_layout, node.op, weight_value.type.ndim - 2)
+    weight = export.transposed(weight_value, kernel.to_out_in_first, f"{weight_value.name}/oi")
+    zero = export.scalar(attrs.data_zero_point, node.inputs[0].dtype, f"{node.name}/zero_point")
+    _emit_conv_integer(export, node, export.name(node.inputs[0]), weight, zero, None)
+
+
+@exporter("qconv_pack")
+def _qconv_pack(export: Exporter, node: Node) -> None:
+    """ConvInteger over the data (made unsigned as the kernels make it) with the weight
+    unpacked, plus what the zero-point padding adds: z * sum(w) over every tap and
+    channel (padding channels included), and the correction input."""
+    attrs = node.attrs
+    assert isinstance(attrs, QConvAttrs)
+    data_value, weight_value, correction = node.inputs
+    blocks, *kernel, groups, block, _ = weight_value.shape
+    rank = len(kernel)
+    channels = data_value.shape[-1]
+    # [O/b, *kernel, I4/4, b, 4] -> [O/b, b, I4/4, 4, *kernel] -> (O, I4, *kernel)
+    order = (0, rank + 2, rank + 1, rank + 3, *range(1, rank + 1))
+    transposed = export.transposed(weight_value, order, f"{weight_value.name}/t")
+    shape = export.ints((blocks * block, groups * DOT_GROUP, *kernel), f"{node.name}/shape")
+    full = export.emit_one("Reshape", [transposed, shape], f"{weight_value.name}/oi")
+    starts, ends = (
+        export.ints([0], f"{node.name}/start"),
+        export.ints([channels], f"{node.name}/end"),
+    )
+    axis = export.ints([1], f"{node.name}/axis")
+    weight = export.emit_one("Slice", [full, starts, ends, axis], f"{weight_value.name}/real")
+    offset = data_offset(data_value.dtype)
+    zero_point = attrs.data_zero_point + offset
+    data = export.name(data_value)
+    if offset:  # int8 data as the unsigned x + 128
+        wide = export.emit_one("Cast", [data], f"{node.name}/wide", to=TensorProto.INT32)
+        shift = export.scalar(offset, "int32", f"{node.name}/offset")
+        data = export.emit_one("Add", [wide, shift], f"{node.name}/shifted")
+        data = export.emit_one("Cast", [data], f"{node.name}/unsigned", to=TensorProto.UINT8)
+    zero = export.scalar(zero_point, "uint8", f"{node.name}/zero_point")
+    # z * sum(w) + correction, per output channel
+    sums = export.emit_one("Cast", [full], f"{node.name}/w32", to=TensorProto.INT32)
+    axes = export.ints(list(range(1, rank + 2)), f"{node.name}/axes")  # axes as input: 13+
+    sums = export.emit_one("ReduceSum", [sums, axes], f"{node.name}/sums", keepdims=0)
+    scaled = export.emit_one(
+        "Mul", [sums, export.scalar(zero_point, "int32", f"{node.name}/z")], f"{node.name}/zsum"
+    )
+    extra = export.emit_one("Add", [scaled, export.name(correction)], f"{node.name}/extra")
+    _emit_conv_integer(export, node, data, weight, zero, extra)
+
+
+def _emit_conv_integer(
+    export: Exporter, node: Node, data: str, weight: str, zero: str, extra: str | None
+) -> None:
+    """ConvInteger of `data` (the node's data, maybe converted, in the node's layout)
+    and an (O, I, *kernel) weight, plus `extra` per output channel if given."""
+    attrs = node.attrs
+    assert isinstance(attrs, QConvAttrs)
+    rank = len(attrs.strides)
+    layout = parse_data_layout(attrs.layout, node.op, rank + 2)
+
+    def core(data_first: str, output: str) -> None:
+        common: dict[str, Any] = {
+            "strides": list(attrs.strides),
+            "pads": list(attrs.padding),
+            "dilations": list(attrs.dilations),
+            "group": attrs.groups,
+        }
+        if extra is None:
+            export.emit("ConvInteger", [data_first, weight, zero], [output], **common)
+            return
+        sums = export.emit_one("ConvInteger", [data_first, weight, zero], f"{node.name}/sums",
+                               **common)  # fmt: skip
+        per_channel = export.ints([-1, *([1] * rank)], f"{node.name}/per_channel")
+        column = export.emit_one("Reshape", [extra, per_channel], f"{node.name}/column")
+        export.emit("Add", [sums, column], [output])
+
+    if not layout.channels_last:
+        core(data, node.outputs[0].name)
+        return
+    to_first = list(layout.to_channels_first)
+    data_first = export.emit_one("Transpose", [data], f"{node.name}/to_nc", perm=to_first)
+    output_first = export.fresh(f"{node.name}/nc")
+    core(data_first, output_first)
+    back = [int(axis) for axis in np.argsort(to_first)]
+    export.emit("Transpose", [output_first], [node.outputs[0].name], f"{node.name}/from_nc",
+                perm=back)  # fmt: skip

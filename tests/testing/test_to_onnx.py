@@ -36,6 +36,7 @@ from ember.graph.ops.attrs import (
     LrnAttrs,
     PadAttrs,
     PoolAttrs,
+    QConvAttrs,
     ReduceAttrs,
     ReshapeAttrs,
     ResizeAttrs,
@@ -57,6 +58,11 @@ RNG = np.random.default_rng(0)
 
 def normal(*shape: int, dtype: str = "float32") -> np.ndarray:
     return RNG.standard_normal(shape).astype(dtype)
+
+
+def integers(*shape: int, dtype: str = "int8") -> np.ndarray:
+    low, high = {"uint8": (0, 256), "int8": (-128, 128), "int32": (-5000, 5000)}[dtype]
+    return RNG.integers(low, high, shape).astype(dtype)
 
 
 def positive(*shape: int) -> np.ndarray:
@@ -296,6 +302,18 @@ def nn_cases() -> list[Case]:
              ConvAttrs((1, 2), (1, 0, 1, 1), (1, 1), 1, "NHWC", "HWIO")),
         Case("conv_pack", [normal(2, 7, 3), normal(1, 3, 3, 8)],
              ConvAttrs((1,), (1, 1), (1,), 1, "NWC", "WIO"), label="1d-computed-weight"),
+        Case("qconv", [integers(1, 4, 6, 7, dtype="uint8"), Param(integers(8, 4, 3, 3))],
+             QConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1, data_zero_point=131)),
+        Case("qconv", [integers(2, 5, 6, 3, dtype="int8"), integers(2, 2, 3, 8)],
+             QConvAttrs((2, 1), (0, 1, 1, 0), (1, 2), 1, "NHWC", "HWIO", data_zero_point=-7),
+             label="nhwc-computed-weight"),
+        Case("qconv_pack", [integers(1, 5, 6, 7, dtype="uint8"), Param(integers(2, 3, 3, 2, 8, 4)),
+                            Param(integers(16, dtype="int32"))],
+             QConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1, "NHWC", "HWIO", data_zero_point=9)),
+        Case("qconv_pack", [integers(2, 7, 3, dtype="int8"), integers(1, 3, 1, 4, 4),
+                            integers(4, dtype="int32")],
+             QConvAttrs((1,), (1, 1), (1,), 1, "NWC", "WIO", data_zero_point=-3),
+             label="1d-int8-computed"),
         Case("matmul", [normal(2, 3, 4), normal(4, 5)]),
         Case("matmul", [normal(4), normal(2, 4, 3)], label="vector"),
         Case("softmax", [normal(2, 3, 4)], AxisAttrs(1)),

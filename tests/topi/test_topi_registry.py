@@ -10,6 +10,7 @@ import test_topi_injective
 import test_topi_linalg
 import test_topi_norm
 import test_topi_pool
+import test_topi_quantized
 import test_topi_reduce
 import test_topi_resize
 from topi_check import random, run_check
@@ -35,6 +36,7 @@ FAMILIES = (
     test_topi_linalg,
     test_topi_norm,
     test_topi_pool,
+    test_topi_quantized,
     test_topi_reduce,
     test_topi_resize,
 )

@@ -104,13 +104,14 @@ def pack_qconv_weight(weight: np.ndarray, block: int) -> np.ndarray:
     return np.ascontiguousarray(blocks.transpose(order))
 
 
-def unpack_qconv_weight(packed: np.ndarray, inputs: int) -> np.ndarray:
-    """The `...IO` weight `[*kernel, inputs, O]` that a `qconv_pack` weight stands for."""
+def unpack_qconv_weight(packed: np.ndarray, inputs: int | None = None) -> np.ndarray:
+    """The `...IO` weight `[*kernel, inputs, O]` that a `qconv_pack` weight stands for
+    (all its input channels, padding included, when `inputs` is None)."""
     blocks, *kernel, groups, block, _ = packed.shape
     rank = len(kernel)
     order = (*range(1, rank + 1), rank + 1, rank + 3, 0, rank + 2)
     unpacked = packed.transpose(order).reshape(*kernel, groups * DOT_GROUP, blocks * block)
-    return unpacked[..., :inputs, :]
+    return unpacked if inputs is None else unpacked[..., :inputs, :]
 
 
 def data_offset(dtype: str) -> int:
@@ -171,10 +172,12 @@ def _qconv_pack_reference(
 ) -> tuple[np.ndarray, ...]:
     data, packed, correction = inputs
     layout = parse_data_layout(attrs.layout, "qconv_pack", data.ndim)
-    weight = unpack_qconv_weight(packed, data.shape[layout.channel_axis])
-    # With u = x + offset and z = zero point + offset, the sum over z-padding of u * w
-    # is sum((x - zero point) * w) + z * sum(w), exactly.
-    (centred,) = _qconv_reference([data, weight], attrs)
+    weight = unpack_qconv_weight(packed)  # the padding channels too: they meet z
+    # With u = x + offset and z = zero point + offset, the sum over z-padding (spatial
+    # and of the channels) of u * w is sum((x - zero point) * w) over the data plus
+    # z * sum(w) over every tap and channel, exactly.
+    channels = data.shape[layout.channel_axis]
+    (centred,) = _qconv_reference([data, weight[..., :channels, :]], attrs)
     full = -qconv_correction(weight, attrs.data_zero_point, str(data.dtype)).astype(np.int64)
     return ((centred + full + correction).astype(np.int32),)
 
