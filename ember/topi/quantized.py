@@ -18,6 +18,7 @@ instruction computes; code generation recognises them (`ember.codegen.c`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from ember.graph.ir import Attrs, TensorType
@@ -45,6 +46,9 @@ def _qconv(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType]
     out_per_group = outputs[0].shape[layout.channel_axis] // attrs.groups
     kernel = [weight.shape[axis] for axis in kernel_layout.spatial_axes]
     padded = _padded(data, attrs, 0)
+    # Depthwise (one channel per group): no reduction over channels, the data read at
+    # the output's channel, so that a vector of channels reads contiguous bytes.
+    depthwise = per_group == 1 and out_per_group == 1
     rc = reduce_axis(per_group, "rc")
     rs = [reduce_axis(k, "r" + name[0]) for k, name in zip(kernel, _SPATIAL[rank], strict=True)]
     zero_point = typed(attrs.data_zero_point, "int32")
@@ -52,7 +56,9 @@ def _qconv(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType]
     def element(*out: Expr) -> Expr:
         n, f = out[layout.batch_axis], out[layout.channel_axis]
         channel: Expr = rc.var
-        if attrs.groups > 1:
+        if depthwise:
+            channel = f
+        elif attrs.groups > 1:
             channel = (f // out_per_group) * per_group + rc.var
         index: list[Expr] = [n] * data.ndim
         index[layout.channel_axis] = channel
@@ -62,16 +68,32 @@ def _qconv(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType]
         ):  # fmt: skip
             index[axis] = scaled(position, s) + scaled(r.var, d)
         weight_index: list[Expr] = [f] * weight.ndim
-        weight_index[kernel_layout.in_axis] = rc.var
+        weight_index[kernel_layout.in_axis] = typed(0, "int32") if depthwise else rc.var
         for axis, r in zip(kernel_layout.spatial_axes, rs, strict=True):
             weight_index[axis] = r.var
-        centred = cast("int32", padded[tuple(index)]) - zero_point
-        product = centred * cast("int32", weight[tuple(weight_index)])
+        read, w = padded[tuple(index)], weight[tuple(weight_index)]
+        if exact_in_float:
+            # float32 holds every partial sum exactly here (see below): FMAs on floats
+            # are several times faster than int32 multiplies (vpmulld).
+            product = (cast("float32", read) - typed(attrs.data_zero_point, "float32")) * cast(
+                "float32", w
+            )
+        else:
+            product = (cast("int32", read) - zero_point) * cast("int32", w)
         order = [*rs, rc] if layout.channels_last else [rc, *rs]
-        return reduce_sum(product, order)
+        return reduce_sum(product, rs if depthwise else order)
 
     name = f"qconv{rank}d_{attrs.layout.lower()}"
-    return [compute(outputs[0].shape, element, name, name, _axis_names(attrs.layout, rank))]
+    names = _axis_names(attrs.layout, rank)
+    # A depthwise sum of products |x - zero point| * |w| <= 255 * 128 over the taps stays
+    # below 2**24 (where float32 stops holding every integer) for up to 514 taps.
+    exact_in_float = depthwise and math.prod(kernel) * 255 * 128 < 2**24
+    sums = compute(outputs[0].shape, element, name, name, names)
+    if not exact_in_float:
+        return [sums]
+    return [
+        compute(outputs[0].shape, lambda *i: cast("int32", sums[i]), f"{name}.int", ELEMWISE, names)
+    ]
 
 
 def _qconv_pack(
