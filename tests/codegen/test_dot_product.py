@@ -81,3 +81,15 @@ def test_depthwise_and_product_layers_compile_exactly(activations: str) -> None:
     (expected,) = interpret(graph, params, {"x": x}).values()
     (out,) = library.load()(x=x).values()
     np.testing.assert_array_equal(out, expected)
+
+
+def test_byte_vectors_widen_without_lane_by_lane_code() -> None:
+    """A depthwise int8 conv widens its bytes with one instruction per vector
+    (`vpmovzxbd` / `vpmovsxbd`): GCC 12 expanded `__builtin_convertvector` of byte
+    vectors lane by lane (`vpextrb`) inside kernels, 9x slower (codegen's widen_helper)."""
+    for activations, instruction in (("uint8", "vpmovzxbd"), ("int8", "vpmovsxbd")):
+        model, shape = mixed_network()
+        graph, params = from_onnx(quantized(model, shape, activations))
+        text = _disassembly(ember.build(graph, FLAVOURS["avx512_vnni"][0], params))
+        assert instruction in text
+        assert "vpextrb" not in text
