@@ -28,7 +28,7 @@ from ember.graph.ops.attrs import (
     QConvAttrs,
     ResizeAttrs,
 )
-from ember.graph.ops.layout import parse_data_layout, parse_kernel_layout
+from ember.graph.ops.layout import parse_kernel_layout
 from ember.graph.ops.quantized import DOT_GROUP, data_offset
 from ember.graph.ops.sparse import SparseDenseAttrs, dense_from_bsr
 from ember.testing.to_onnx import Exporter, exporter
@@ -409,7 +409,6 @@ def _emit_conv_integer(
     attrs = node.attrs
     assert isinstance(attrs, QConvAttrs)
     rank = len(attrs.strides)
-    layout = parse_data_layout(attrs.layout, node.op, rank + 2)
 
     def core(data_first: str, output: str) -> None:
         common: dict[str, Any] = {
@@ -427,13 +426,4 @@ def _emit_conv_integer(
         column = export.emit_one("Reshape", [extra, per_channel], f"{node.name}/column")
         export.emit("Add", [sums, column], [output])
 
-    if not layout.channels_last:
-        core(data, node.outputs[0].name)
-        return
-    to_first = list(layout.to_channels_first)
-    data_first = export.emit_one("Transpose", [data], f"{node.name}/to_nc", perm=to_first)
-    output_first = export.fresh(f"{node.name}/nc")
-    core(data_first, output_first)
-    back = [int(axis) for axis in np.argsort(to_first)]
-    export.emit("Transpose", [output_first], [node.outputs[0].name], f"{node.name}/from_nc",
-                perm=back)  # fmt: skip
+    export.in_channels_first(node, attrs.layout, core, data)

@@ -128,10 +128,13 @@ class Exporter:
         node: Node,
         layout: str,
         core: Callable[[str, str], object],
+        data: str | None = None,
     ) -> None:
         """Run `core(data, output)`, which emits a channels-first ONNX op, on the node's
-        first input and output; for a channels-last layout, transpose around it."""
-        data, output = self.name(node.inputs[0]), node.outputs[0].name
+        first input (or `data`, an ONNX value of its shape) and output; for a
+        channels-last layout, transpose around it."""
+        data = self.name(node.inputs[0]) if data is None else data
+        output = node.outputs[0].name
         parsed = parse_data_layout(layout, node.op, node.inputs[0].type.ndim)
         if not parsed.channels_last:
             core(data, output)

@@ -179,20 +179,10 @@ def _conv_block(node: Node, arrays: Mapping[str, np.ndarray], target: Target) ->
     """The block to pack `node`'s weight in if it is a conv worth packing, else None."""
     if node.op != "conv" or len(node.inputs) != 2 or not isinstance(node.attrs, ConvAttrs):
         return None
-    attrs = node.attrs
     array = arrays.get(node.inputs[1].name)
-    if array is None or str(array.dtype) not in FLOAT_DTYPES or array.size == 0:
+    if array is None or str(array.dtype) not in FLOAT_DTYPES:
         return None
-    layout = parse_data_layout(attrs.layout, "conv", node.inputs[0].type.ndim)
-    kernel_layout = parse_kernel_layout(attrs.kernel_layout, "conv", layout.spatial_rank)
-    rank = layout.spatial_rank
-    if attrs.groups != 1 or not layout.channels_last or kernel_layout.out_axis != rank + 1:
-        return None
-    lanes = device_model(target).lanes(str(array.dtype))
-    if lanes < MIN_BLOCK:
-        return None
-    pixels = node.outputs[0].type.size // max(1, array.shape[-1])
-    return conv_block(array.shape[-1], lanes, pixels)
+    return _channels_last_block(node, array, device_model(target).lanes(str(array.dtype)))
 
 
 def _qconv_block(node: Node, arrays: Mapping[str, np.ndarray], target: Target) -> int | None:
@@ -201,20 +191,26 @@ def _qconv_block(node: Node, arrays: Mapping[str, np.ndarray], target: Target) -
     channel)."""
     if node.op != "qconv" or not isinstance(node.attrs, QConvAttrs):
         return None
-    attrs = node.attrs
     array = arrays.get(node.inputs[1].name)
-    if array is None or array.size == 0:
+    if array is None:
         return None
-    layout = parse_data_layout(attrs.layout, "qconv", node.inputs[0].type.ndim)
-    kernel_layout = parse_kernel_layout(attrs.kernel_layout, "qconv", layout.spatial_rank)
+    return _channels_last_block(node, array, device_model(target).lanes("int32"))
+
+
+def _channels_last_block(node: Node, weight: np.ndarray, lanes: int) -> int | None:
+    """`conv_block` for a conv-like node with a constant `weight`: channels-last data,
+    an `...IO` kernel layout, one group and vectors of 4 lanes or more; else None."""
+    attrs = node.attrs
+    assert isinstance(attrs, ConvAttrs)
+    if weight.size == 0 or lanes < MIN_BLOCK:
+        return None
+    layout = parse_data_layout(attrs.layout, node.op, node.inputs[0].type.ndim)
+    kernel_layout = parse_kernel_layout(attrs.kernel_layout, node.op, layout.spatial_rank)
     rank = layout.spatial_rank
     if attrs.groups != 1 or not layout.channels_last or kernel_layout.out_axis != rank + 1:
         return None
-    lanes = device_model(target).lanes("int32")
-    if lanes < MIN_BLOCK:
-        return None
-    pixels = node.outputs[0].type.size // max(1, array.shape[-1])
-    return conv_block(array.shape[-1], lanes, pixels)
+    pixels = node.outputs[0].type.size // max(1, weight.shape[-1])
+    return conv_block(weight.shape[-1], lanes, pixels)
 
 
 def _packed_qconv(
