@@ -17,6 +17,9 @@ is: those are float elementwise ops that fuse into the conv's kernel as its epil
 conv then reads uint8 (or int8) activations and an int8 weight, a quarter of the bytes,
 and its products are what the dot-product instructions compute (`qconv_pack`).
 
+A weight re-laid out after its dequantization (a transpose or reshape, as the TFLite
+frontend turns OHWI filters into HWIO) is re-laid out in int8 here.
+
 Depthwise convs (one input channel per group) become grouped qconvs. Products by a
 constant quantized weight, `matmul(x, B[K, N])` (also `B = transpose(W[N, K])`, as an
 ONNX Gemm with transB imports) and `dense(x, W[N, K])`, become a 1x1 qconv with the
