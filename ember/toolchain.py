@@ -15,7 +15,8 @@ target's -mcpu/-mattr). Deliberately no `-ffast-math`: kernels must keep IEEE
 semantics (NaN/inf, no reassociation of reductions) to match the reference
 interpreter bit for bit where it can; `-ffp-contract=fast` does allow fused
 multiply-add, a rounding difference far inside the fp32 test tolerance and the main
-source of FLOPs on every target we care about.
+source of FLOPs on every target we care about (kernels that round floats to integers,
+a quantized model's requantization, turn it off: `ember.codegen.c`).
 
 Builds are cached under `cache_dir()/kernels` by a hash of the sources, the flags and
 the compiler's version. Each build happens in a private temporary directory and is

@@ -205,6 +205,33 @@ class PrimFunc:
         return format_func(self)
 
 
+def stmt_exprs(stmt: Stmt) -> Iterator[Expr]:
+    """Every expression `stmt` holds (stores' indices, values and predicates, loop
+    extents, conditions, let values), outermost first."""
+    match stmt:
+        case Store(_, indices, value, predicate):
+            yield from indices
+            yield value
+            if predicate is not None:
+                yield predicate
+        case For(_, extent, _, body):
+            yield extent
+            yield from stmt_exprs(body)
+        case Seq(stmts):
+            for s in stmts:
+                yield from stmt_exprs(s)
+        case IfThenElse(condition, then_body, else_body):
+            yield condition
+            yield from stmt_exprs(then_body)
+            if else_body is not None:
+                yield from stmt_exprs(else_body)
+        case LetStmt(_, value, body):
+            yield value
+            yield from stmt_exprs(body)
+        case Allocate(_, body):
+            yield from stmt_exprs(body)
+
+
 def walk_stmts(stmt: Stmt) -> Iterator[Stmt]:
     """Every statement inside `stmt` (itself included), pre-order."""
     yield stmt

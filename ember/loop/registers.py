@@ -33,6 +33,7 @@ from ember.loop.ir import (
     Stmt,
     Store,
     rewrite_func,
+    stmt_exprs,
 )
 from ember.loop.vectorize import flatten_index, lanes_of
 from ember.te.expr import Const, Expr
@@ -103,7 +104,7 @@ def _constant_base(flat: Expr, lanes: int) -> int | None:
 
 def _accesses(buffer: Buffer, stmt: Stmt) -> Iterator[tuple[tuple[Expr, ...], int]]:
     """(indices, lanes) of every Load and Store of `buffer` in `stmt`."""
-    for node in _exprs(stmt):
+    for node in stmt_exprs(stmt):
         for sub in walk(node):
             if isinstance(sub, Load) and sub.buffer is buffer:
                 yield sub.indices, lanes_of(sub)
@@ -111,31 +112,6 @@ def _accesses(buffer: Buffer, stmt: Stmt) -> Iterator[tuple[tuple[Expr, ...], in
         if store.buffer is buffer:
             lanes = max([lanes_of(store.value), *(lanes_of(i) for i in store.indices)])
             yield store.indices, lanes
-
-
-def _exprs(stmt: Stmt) -> Iterator[Expr]:
-    match stmt:
-        case Store(_, indices, value, predicate):
-            yield from indices
-            yield value
-            if predicate is not None:
-                yield predicate
-        case For(_, extent, _, body):
-            yield extent
-            yield from _exprs(body)
-        case Seq(stmts):
-            for s in stmts:
-                yield from _exprs(s)
-        case IfThenElse(condition, then_body, else_body):
-            yield condition
-            yield from _exprs(then_body)
-            if else_body is not None:
-                yield from _exprs(else_body)
-        case LetStmt(_, value, body):
-            yield value
-            yield from _exprs(body)
-        case Allocate(_, body):
-            yield from _exprs(body)
 
 
 def _stores(stmt: Stmt) -> Iterator[Store]:
