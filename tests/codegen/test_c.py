@@ -527,3 +527,39 @@ def test_random_vector_index_arithmetic_compiles_to_the_same_results(load_index:
     body = loop(i, 3, loop(v, 8, Store(out, (i, v), value), ForKind.VECTORIZED))
     func = PrimFunc("random_index", (a, out), body)
     run_both(func, inputs_for(func))
+
+
+def _fma_flips(count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """a, b, c (float32) where round(a * b + c) depends on whether a * b is rounded
+    before the add (as the interpreter does) or fused with it (an FMA)."""
+    rng = np.random.default_rng(5)
+    a = rng.uniform(1.5, 2, 100_000).astype(np.float32)
+    b = rng.uniform(1.5, 2, 100_000).astype(np.float32)
+    # a * b + c near 0.5, where float32 is finer than at a * b (2 to 4): the product's
+    # rounding error, which an FMA keeps, moves the sum off the tie.
+    c = (np.float32(0.5) - a * b).astype(np.float32)
+    separate = np.round((a * b).astype(np.float32) + c)
+    fused = np.round((a.astype(np.float64) * b + c).astype(np.float32))
+    flips = np.flatnonzero(separate != fused)[:count]
+    assert flips.size == count
+    return a[flips], b[flips], c[flips]
+
+
+def test_kernels_that_round_floats_do_not_fuse_multiply_adds() -> None:
+    """round(a * b + c) to uint8 (a requantization) on inputs where an FMA lands on the
+    other side of a rounding step (all 16 differ with FMAs): the kernel is compiled
+    without contraction and equals the interpreter; a kernel without rounding keeps
+    FMAs."""
+    a_buf, b_buf, c_buf = (Buffer(name, (16,), F32) for name in "ABC")
+    out = Buffer("Q", (16,), "uint8")
+    value = cast("uint8", call("round", Load(a_buf, (v,)) * Load(b_buf, (v,)) + Load(c_buf, (v,))))
+    func = PrimFunc("requantize", (a_buf, b_buf, c_buf, out),
+                    loop(v, 16, Store(out, (v,), value), ForKind.VECTORIZED))  # fmt: skip
+    assert "fp-contract=off" in kernel_source(func, "llvm")
+    a, b, c = _fma_flips(16)
+    run_both(func, [a, b, c, np.zeros(16, np.uint8)])
+    plain = Buffer("P", (16,), F32)
+    fused = PrimFunc("fma", (a_buf, b_buf, c_buf, plain), loop(v, 16, Store(
+        plain, (v,), Load(a_buf, (v,)) * Load(b_buf, (v,)) + Load(c_buf, (v,))),
+        ForKind.VECTORIZED))  # fmt: skip
+    assert "fp-contract" not in kernel_source(fused, "llvm")
