@@ -42,7 +42,9 @@ import numpy as np
 from ember.autoschedule.measure import ArgSpec
 from ember.runtime.module import aligned_empty
 from ember.te.dag import ComputeDAG
+from ember.te.expr import Call, Cast
 from ember.te.tensor import ComputeOp
+from ember.te.visit import walk
 
 
 def reference_arguments(args: Sequence[ArgSpec], seed: int = 0) -> list[np.ndarray]:
@@ -106,27 +108,61 @@ def output_tolerance(reference: np.ndarray, reduction: int) -> Tolerance:
     return Tolerance(1024 * eps, 32 * eps * math.sqrt(reduction) * scale)
 
 
+def rounds_inexact_floats(dag: ComputeDAG) -> bool:
+    """Whether `dag` rounds to integers (a rounding call or a float-to-integer cast)
+    values computed with a transcendental function (exp, tanh, erf, ...): generated code
+    computes those within an ulp or two of NumPy, so a value on the edge of a rounding
+    step may round the other way (a quantized swish, sigmoid or GELU)."""
+    rounds = inexact = False
+    for tensor in dag.compute_tensors:
+        op = tensor.op
+        if not isinstance(op, ComputeOp):
+            continue
+        for node in walk(op.body):
+            match node:
+                case Call(name, _) if name in ("round", "floor", "ceil"):
+                    rounds = True
+                case Call(name, _) if name not in ("abs", "sqrt", "fmod"):
+                    inexact = True
+                case Cast(dtype, value) if value.dtype.startswith("float") and not dtype.startswith(
+                    ("float", "bool")
+                ):
+                    rounds = True
+    return rounds and inexact
+
+
 def compare_outputs(
-    outputs: Sequence[np.ndarray], references: Sequence[np.ndarray], reduction: int
+    outputs: Sequence[np.ndarray],
+    references: Sequence[np.ndarray],
+    reduction: int,
+    step_flips: bool = False,
 ) -> str:
-    """ "" when every output matches its reference, else what is wrong and where."""
+    """ "" when every output matches its reference, else what is wrong and where. With
+    `step_flips` (`rounds_inexact_floats`), an integer output may differ by one in at
+    most one element per thousand (at least one)."""
     for position, (output, reference) in enumerate(zip(outputs, references, strict=True)):
         if output.shape != reference.shape or output.dtype != reference.dtype:
             return (
                 f"output {position} is a {output.dtype} array of shape {output.shape}, the "
                 f"reference a {reference.dtype} array of shape {reference.shape}"
             )
-        problem = _compare_one(output, reference, reduction)
+        problem = _compare_one(output, reference, reduction, step_flips)
         if problem:
             return f"output {position}: {problem}"
     return ""
 
 
-def _compare_one(output: np.ndarray, reference: np.ndarray, reduction: int) -> str:
+def _compare_one(
+    output: np.ndarray, reference: np.ndarray, reduction: int, step_flips: bool = False
+) -> str:
     if reference.dtype.kind != "f":
         wrong = output != reference
         if not wrong.any():
             return ""
+        if step_flips and reference.dtype.kind in "iu":
+            apart = np.abs(output.astype(np.int64) - reference.astype(np.int64))
+            if apart.max() <= 1 and int(wrong.sum()) <= max(1, output.size // 1000):
+                return ""
         where = _argmax_index(wrong)  # the first True
         return (
             f"{int(wrong.sum())} of {output.size} elements differ; first at {where}: got "

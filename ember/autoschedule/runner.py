@@ -45,7 +45,12 @@ import numpy as np
 
 from ember.autoschedule.measure import ArgSpec, BuildResult, MeasureInput, MeasureResult, Timing
 from ember.autoschedule.records import ErrorKind
-from ember.autoschedule.reference import compare_outputs, reduction_length, reference_arguments
+from ember.autoschedule.reference import (
+    compare_outputs,
+    reduction_length,
+    reference_arguments,
+    rounds_inexact_floats,
+)
 from ember.autoschedule.task import SearchTask
 from ember.autoschedule.worker import Worker, WorkerCrashed, WorkerTimedOut
 from ember.errors import EmberError
@@ -200,7 +205,10 @@ class TimingRunner:
         reply = self._call(task, CheckRequest(str(build_result.path), build_result.symbol, args))
         if reply.error is ErrorKind.NONE:
             references = self._reference(task, args)
-            message = compare_outputs(reply.outputs, references, reduction_length(task.compute_dag))
+            dag = task.compute_dag
+            message = compare_outputs(
+                reply.outputs, references, reduction_length(dag), rounds_inexact_floats(dag)
+            )
             if message:
                 reply = WorkerReply(ErrorKind.WRONG_ANSWER, message)
         return MeasureResult((), reply.error, reply.message, time.monotonic() - start)

@@ -127,7 +127,8 @@ _PREAMBLE = """\
 # compiled without fused multiply-adds: an FMA rounds once where the interpreter
 # rounds twice, and a value on the edge of a rounding step can then land on the other
 # side (one quantization step apart, where the float output of any other kernel would
-# differ in its last bit). Without them such kernels equal the interpreter exactly.
+# differ in its last bit). Without them such kernels equal the interpreter exactly
+# (`rounds_floats`).
 _NO_CONTRACTION = """\
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -136,19 +137,25 @@ _NO_CONTRACTION = """\
 #endif
 """
 _ROUNDING_CALLS = frozenset({"round", "floor", "ceil"})
+_EXACT_CALLS = _ROUNDING_CALLS | {"abs", "sqrt", "fmod"}  # correctly rounded in C and NumPy
 
 
 def rounds_floats(func: PrimFunc) -> bool:
-    """Whether `func` rounds a float to an integer value: a rounding call, or a cast of
-    a float to an integer type."""
+    """Whether `func` rounds float arithmetic to integer values (a rounding call, or a
+    cast of a float to an integer type) and could match the interpreter exactly: not
+    when it also computes a transcendental function (exp, tanh, ...), whose vector
+    forms differ from NumPy's in the last bit anyway; those keep their FMAs."""
+    rounds = False
     for expr in stmt_exprs(func.body):
         for node in walk(expr):
             match node:
                 case Call(name, _) if name in _ROUNDING_CALLS:
-                    return True
+                    rounds = True
+                case Call(name, _) if name not in _EXACT_CALLS:
+                    return False
                 case Cast(dtype, value) if _is_integer(dtype) and _is_float(value.dtype):
-                    return True
-    return False
+                    rounds = True
+    return rounds
 
 
 def render_c(func: PrimFunc) -> str:

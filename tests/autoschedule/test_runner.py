@@ -15,12 +15,17 @@ import numpy as np
 import pytest
 
 import ember
+from ember import te
 from ember.autoschedule import HardwareParams, SearchTask, extract_tasks
 from ember.autoschedule.builder import LocalBuilder
 from ember.autoschedule.measure import ArgSpec, BuildResult, MeasureInput, Timing, release
 from ember.autoschedule.measure_worker import Measurer
 from ember.autoschedule.records import ErrorKind
-from ember.autoschedule.reference import compare_outputs, reference_arguments
+from ember.autoschedule.reference import (
+    compare_outputs,
+    reference_arguments,
+    rounds_inexact_floats,
+)
 from ember.autoschedule.runner import LocalRunner, MeasureError, TimeRequest, timer_library
 from ember.schedule.default import default_schedule
 from ember.target import Target
@@ -277,6 +282,28 @@ def test_compare_outputs_tolerance() -> None:
     assert "worst at (1, 2)" in compare_outputs([off], [reference], 1000)
     integers = np.arange(6, dtype=np.int32)
     assert "first at (5,)" in compare_outputs([integers + (integers == 5)], [integers], 1)
+
+
+def test_integer_outputs_of_rounded_transcendentals_may_flip_a_step() -> None:
+    """A quantized sigmoid's outputs may be one apart in one element per thousand (the
+    vector sigmoid and NumPy's differ in the last bit); more, or further, is wrong. A
+    DAG that only rounds arithmetic must match exactly."""
+    reference = np.arange(4000, dtype=np.int32) % 256
+    flipped = reference.copy()
+    flipped[[7, 300, 2999]] += 1
+    assert compare_outputs([flipped], [reference], 1, step_flips=True) == ""
+    assert "differ" in compare_outputs([flipped], [reference], 1)
+    far = reference.copy()
+    far[7] += 2
+    assert "differ" in compare_outputs([far], [reference], 1, step_flips=True)
+    many = reference + (reference % 100 == 0)
+    assert "differ" in compare_outputs([many], [reference], 1, step_flips=True)
+    x = te.placeholder((8,), "float32", name="x")
+    sigmoid = te.compute((8,), lambda i: te.cast("uint8", te.call("round", te.call(
+        "sigmoid", x[i]) * 255)), name="q")  # fmt: skip
+    rounded = te.compute((8,), lambda i: te.cast("int32", te.call("round", x[i] * 3)), name="r")
+    assert rounds_inexact_floats(te.ComputeDAG([x, sigmoid]))
+    assert not rounds_inexact_floats(te.ComputeDAG([x, rounded]))
 
 
 def test_rejects_bad_settings() -> None:
