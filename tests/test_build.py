@@ -433,3 +433,25 @@ def test_a_concatenation_copies_when_a_part_is_needed_on_its_own(kwargs: dict[st
         np.testing.assert_allclose(
             module.get_output(index), expected[value.name], rtol=RTOL, atol=ATOL
         )
+
+
+@pytest.mark.parametrize("onnx_op", ["ReduceMean", "ReduceSum", "ReduceMax"])
+def test_a_reduction_over_every_axis_to_a_scalar_builds(onnx_op: str) -> None:
+    """keepdims=0 over all axes gives a 0-d output (issue 18: ReduceMean's raised
+    IndexError in the default schedule)."""
+    from onnx import TensorProto, helper
+
+    from ember.frontend import from_onnx
+
+    graph_proto = helper.make_graph(
+        [helper.make_node(onnx_op, ["x"], ["y"], keepdims=0)], "scalar",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    graph, params = from_onnx(helper.make_model(graph_proto, opset_imports=[
+        helper.make_opsetid("", 13)]))  # fmt: skip
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    (got,) = ember.build(graph, "llvm", params).load()(x=x).values()
+    (want,) = interpret(graph, params, {"x": x}).values()
+    assert got.shape == ()
+    np.testing.assert_allclose(got, want, rtol=1e-5)

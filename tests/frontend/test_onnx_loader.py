@@ -435,3 +435,43 @@ def test_model_local_functions_are_inlined() -> None:
     assert [node.op for node in graph.nodes] == ["relu", "negative"]
     x = np.array([-1.0, 0.0, 2.0], np.float32)
     np.testing.assert_array_equal(interpret(graph, params, {"x": x})["y"], [0.0, 0.0, -2.0])
+
+
+# -- invalid models refused at import (issue 18) ---------------------------------------
+
+
+def test_two_default_domain_opsets_are_refused() -> None:
+    model = _relu_model()
+    model.opset_import.append(helper.make_opsetid("ai.onnx", 17))
+    with pytest.raises(ModelLoadError, match="imports the default ONNX domain 2 times"):
+        from_onnx(model)
+
+
+def test_a_model_without_outputs_is_refused() -> None:
+    model = _relu_model()
+    del model.graph.output[:]
+    with pytest.raises(ModelLoadError, match="no graph outputs"):
+        from_onnx(model)
+
+
+@pytest.mark.parametrize("value", [2, -1])
+def test_flag_attributes_outside_0_and_1_are_refused(value: int) -> None:
+    model = graph_model(
+        [helper.make_node("ReduceSum", ["x"], ["y"], keepdims=value)],
+        [_tensor("x", [2, 3])],
+        [_tensor("y", None)],
+        opset=11,
+    )
+    with pytest.raises(ModelLoadError, match=f"'keepdims' is {value}; it is a flag"):
+        from_onnx(model)
+
+
+@pytest.mark.parametrize("op_type", ["And", "Or", "Xor"])
+def test_logical_operators_on_floats_are_refused(op_type: str) -> None:
+    model = graph_model(
+        [helper.make_node(op_type, ["a", "b"], ["y"])],
+        [_tensor("a", [3]), _tensor("b", [3])],
+        [_tensor("y", [3], TensorProto.BOOL)],
+    )
+    with pytest.raises(ModelLoadError, match=f"ONNX's {op_type} takes bool tensors only"):
+        from_onnx(model)

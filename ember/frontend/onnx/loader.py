@@ -168,7 +168,13 @@ def default_opset(proto: onnx.ModelProto) -> int:
             "ONNX model (re-export it with a standard opset between "
             f"{MIN_OPSET} and {MAX_TESTED_OPSET})"
         )
-    opset = max(versions)
+    if len(versions) > 1:
+        raise ModelLoadError(
+            f"the model imports the default ONNX domain {len(versions)} times (opsets "
+            f"{', '.join(map(str, versions))}); a model imports each domain once. Keep one "
+            "opset_import entry for it"
+        )
+    opset = versions[0]
     newest_known = onnx.defs.onnx_opset_version()
     if opset < MIN_OPSET or opset > newest_known:
         raise ModelLoadError(
@@ -210,6 +216,11 @@ def check_structure(graph: onnx.GraphProto) -> None:
         for name in node.output:
             if name:
                 _define(defined, name, where)
+    if not graph.output:
+        raise ModelLoadError(
+            "the model has no graph outputs, so it computes nothing; declare the values "
+            "to compute as graph outputs"
+        )
     for value in graph.output:
         if value.name not in defined:
             raise ModelLoadError(

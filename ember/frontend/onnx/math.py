@@ -109,9 +109,20 @@ def _unary_with_attrs(op: str, make_attrs: Callable[[OnnxNode], Attrs]) -> Conve
     return convert
 
 
+# ONNX's And, Or and Xor take bool tensors only (their type constraint T is bool).
+_BOOL_ONLY = frozenset({"logical_and", "logical_or", "logical_xor"})
+
+
 def _binary(op: str) -> Converter:
     def convert(ctx: ConversionContext, node: OnnxNode) -> Sequence[Value | None]:
-        return [ctx.builder.add(op, [node.input(0), node.input(1)], name=node.name)]
+        a, b = node.input(0), node.input(1)
+        if op in _BOOL_ONLY and (a.dtype != "bool" or b.dtype != "bool"):
+            raise ModelLoadError(
+                f"{node.where}: inputs of {a.dtype} and {b.dtype}; ONNX's {node.op_type} "
+                "takes bool tensors only. Cast the inputs to bool (e.g. a Cast or a "
+                "comparison) in the model"
+            )
+        return [ctx.builder.add(op, [a, b], name=node.name)]
 
     return convert
 

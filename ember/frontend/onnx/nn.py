@@ -228,8 +228,8 @@ def convert_pool(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
         strides=strides,
         padding=_window_padding(node, data.shape[2:], kernel, strides, dilations),
         dilations=dilations,
-        ceil_mode=bool(node.int_attr("ceil_mode", 0)),
-        count_include_pad=bool(node.int_attr("count_include_pad", 0)),
+        ceil_mode=node.flag_attr("ceil_mode", False),
+        count_include_pad=node.flag_attr("count_include_pad", False),
         layout=channels_first(rank),
     )
     op = "max_pool" if node.op_type == "MaxPool" else "avg_pool"
@@ -249,7 +249,7 @@ def convert_global_pool(ctx: ConversionContext, node: OnnxNode) -> list[Value | 
 
 @converter("BatchNormalization")
 def convert_batch_norm(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
-    if node.int_attr("training_mode", 0):
+    if node.flag_attr("training_mode", False):
         raise UnsupportedOperatorError(
             f"{node.where}: training_mode=1 is not supported; export the model in eval mode"
         )
@@ -350,9 +350,9 @@ def convert_gemm(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     the transpose and alpha folded into it; otherwise a `matmul`."""
     a, b = node.input(0), node.input(1)
     alpha, beta = node.float_attr("alpha", 1.0), node.float_attr("beta", 1.0)
-    if node.int_attr("transA", 0):
+    if node.flag_attr("transA", False):
         a = _transpose_2d(ctx, a, f"{node.name}_transpose_a")
-    transpose_b = bool(node.int_attr("transB", 0))
+    transpose_b = node.flag_attr("transB", False)
     b_array = ctx.constant(b)
     if b_array is not None:
         weight = b if transpose_b else ctx.builder.param(b.name, np.ascontiguousarray(b_array.T))

@@ -186,7 +186,7 @@ def _float_op(
 
 
 def _channels_first_only(node: OnnxNode) -> None:
-    if node.int_attr("channels_last", 0):
+    if node.flag_attr("channels_last", False):
         raise UnsupportedOperatorError(f"{node.where}: channels_last=1 is not supported")
 
 
@@ -320,7 +320,7 @@ def convert_qgemm(ctx: ConversionContext, node: OnnxNode) -> Sequence[Value | No
     stays float."""
     a = _dequantized(ctx, node, 0)
     # A scale per output column: B's axis 0 when it is stored transposed (N, K).
-    b = _dequantized(ctx, node, 3, axis=0 if node.int_attr("transB", 0) else 1)
+    b = _dequantized(ctx, node, 3, axis=0 if node.flag_attr("transB", False) else 1)
     c = node.optional_input(6)
     c_float = None
     if c is not None:

@@ -42,12 +42,12 @@ def _reduce_axes(ctx: ConversionContext, node: OnnxNode) -> list[int] | None:
 def convert_reduce(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     data = node.input(0)
     axes = _reduce_axes(ctx, node)
-    if not axes and node.int_attr("noop_with_empty_axes", 0):
+    if not axes and node.flag_attr("noop_with_empty_axes", False):
         # No axes with noop_with_empty_axes=1: the input passes through unchanged.
         return [ctx.builder.add("identity", [data], NoAttrs(), node.name)]
     attrs = ReduceAttrs(
         axes=normalize_axes(node, axes or [], data.type.ndim),
-        keepdims=bool(node.int_attr("keepdims", 1)),
+        keepdims=node.flag_attr("keepdims", True),
     )
     reduced = ctx.builder.add(REDUCE_OPS[node.op_type], [data], attrs, node.name)
     if node.op_type == "ReduceLogSum":
@@ -60,8 +60,8 @@ def convert_arg_reduce(ctx: ConversionContext, node: OnnxNode) -> list[Value | N
     data = node.input(0)
     attrs = ArgReduceAttrs(
         axis=normalize_axis(node, node.int_attr("axis", 0), data.type.ndim),
-        keepdims=bool(node.int_attr("keepdims", 1)),
-        select_last_index=bool(node.int_attr("select_last_index", 0)),
+        keepdims=node.flag_attr("keepdims", True),
+        select_last_index=node.flag_attr("select_last_index", False),
     )
     return [ctx.builder.add(node.op_type.lower(), [data], attrs, node.name)]
 
@@ -79,8 +79,8 @@ def convert_topk(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     attrs = TopKAttrs(
         k=k,
         axis=normalize_axis(node, node.int_attr("axis", -1), data.type.ndim),
-        largest=bool(node.int_attr("largest", 1)),
-        sorted=bool(node.int_attr("sorted", 1)),
+        largest=node.flag_attr("largest", True),
+        sorted=node.flag_attr("sorted", True),
     )
     values, indices = ctx.builder.add_multi("topk", [data], attrs, node.name)
     return [values, indices]

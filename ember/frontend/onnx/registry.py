@@ -53,6 +53,16 @@ class OnnxNode:
             raise ModelLoadError(f"{self.where}: attribute {name!r} must be an int, got {value!r}")
         return int(value)
 
+    def flag_attr(self, name: str, default: bool) -> bool:
+        """A boolean attribute: ONNX writes it as an int, 0 or 1; anything else is
+        refused rather than read as true."""
+        value = self.int_attr(name, int(default))
+        if value not in (0, 1):
+            raise ModelLoadError(
+                f"{self.where}: attribute {name!r} is {value}; it is a flag and must be 0 or 1"
+            )
+        return bool(value)
+
     def float_attr(self, name: str, default: float) -> float:
         value = self.attr(name, default)
         if not isinstance(value, float | int | np.floating | np.integer):

@@ -158,7 +158,7 @@ def convert_resize(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]
         legacy_scales = [float(s) for s in ctx.require_constant(node, 1, "scales").reshape(-1)]
         legacy = _legacy_resize(node, data, legacy_scales)
         return [ctx.builder.add("resize", [data], legacy, node.name)]
-    if node.int_attr("antialias", 0):
+    if node.flag_attr("antialias", False):
         raise UnsupportedOperatorError(f"{node.where}: antialias=1 is not supported")
     transform = _checked_choice(
         node, "coordinate_transformation_mode", "half_pixel", tuple(COORDINATE_TRANSFORMS)
@@ -173,6 +173,6 @@ def convert_resize(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]
             node, "nearest_mode", "round_prefer_floor", tuple(NEAREST_MODES)
         ),
         cubic_coeff_a=node.float_attr("cubic_coeff_a", -0.75),
-        exclude_outside=bool(node.int_attr("exclude_outside", 0)),
+        exclude_outside=node.flag_attr("exclude_outside", False),
     )
     return [ctx.builder.add("resize", [data], attrs, node.name)]
