@@ -152,6 +152,7 @@ def build(
             "('llvm' or 'c', with -mtriple/-mcpu/-mattr)"
         )
     backend = backend_for(target)  # an unknown -backend fails before any work
+    _check_sizes(graph)
     schedules = schedule_source(tuning_records)
     parts = partition(graph, params, target)
     plan = plan_build(parts, target, backend)
@@ -160,6 +161,22 @@ def build(
     metadata = _metadata(graph, parts.fused, plan, target, sources)
     params_out = {value.name: parts.params[value.name] for value in parts.graph.params}
     return Library(so_path, metadata, params_out, sources)
+
+
+# 128 TiB: the user address space of x86-64 and AArch64 Linux; no tensor larger than
+# this can ever be allocated, so a graph holding one is refused rather than compiled.
+MAX_TENSOR_BYTES = 2**47
+
+
+def _check_sizes(graph: Graph) -> None:
+    values = [*graph.inputs, *graph.params, *(v for node in graph.nodes for v in node.outputs)]
+    for value in values:
+        if value.type.nbytes > MAX_TENSOR_BYTES:
+            raise BuildError(
+                f"value {value.name!r} is {value.type} ({value.type.nbytes} bytes), more than "
+                f"any machine can allocate ({MAX_TENSOR_BYTES} bytes); check the model's "
+                "shapes (an input's dimensions, a reshape's target)"
+            )
 
 
 def schedule_source(tuning_records: TuningRecords | None) -> ScheduleSource | None:

@@ -455,3 +455,14 @@ def test_a_reduction_over_every_axis_to_a_scalar_builds(onnx_op: str) -> None:
     (want,) = interpret(graph, params, {"x": x}).values()
     assert got.shape == ()
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_a_tensor_no_machine_can_allocate_is_refused() -> None:
+    """[4, 2**62] float32: its element count wrapped to 0 in int64 and the build
+    succeeded (issue 18); sizes are Python ints now and the build refuses it."""
+    builder = GraphBuilder("huge")
+    x = builder.input("x", (4, 2**62))
+    graph, params = builder.build([builder.add("relu", [x])])
+    assert graph.inputs[0].type.size == 2**64
+    with pytest.raises(BuildError, match="more than any machine can allocate"):
+        ember.build(graph, "llvm", params)

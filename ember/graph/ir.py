@@ -8,6 +8,7 @@ different weights; `Graph.params` lists the values that such a dict must provide
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -57,8 +58,8 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        """Number of elements."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        """Number of elements, a Python int (an int64 product wraps: [4, 2**62] gave 0)."""
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
