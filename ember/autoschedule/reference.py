@@ -42,9 +42,8 @@ import numpy as np
 from ember.autoschedule.measure import ArgSpec
 from ember.runtime.module import aligned_empty
 from ember.te.dag import ComputeDAG
-from ember.te.expr import Call, Cast
 from ember.te.tensor import ComputeOp
-from ember.te.visit import walk
+from ember.te.visit import float_rounding
 
 
 def reference_arguments(args: Sequence[ArgSpec], seed: int = 0) -> list[np.ndarray]:
@@ -113,21 +112,8 @@ def rounds_inexact_floats(dag: ComputeDAG) -> bool:
     values computed with a transcendental function (exp, tanh, erf, ...): generated code
     computes those within an ulp or two of NumPy, so a value on the edge of a rounding
     step may round the other way (a quantized swish, sigmoid or GELU)."""
-    rounds = inexact = False
-    for tensor in dag.compute_tensors:
-        op = tensor.op
-        if not isinstance(op, ComputeOp):
-            continue
-        for node in walk(op.body):
-            match node:
-                case Call(name, _) if name in ("round", "floor", "ceil"):
-                    rounds = True
-                case Call(name, _) if name not in ("abs", "sqrt", "fmod"):
-                    inexact = True
-                case Cast(dtype, value) if value.dtype.startswith("float") and not dtype.startswith(
-                    ("float", "bool")
-                ):
-                    rounds = True
+    bodies = (t.op.body for t in dag.compute_tensors if isinstance(t.op, ComputeOp))
+    rounds, inexact = float_rounding(bodies)
     return rounds and inexact
 
 

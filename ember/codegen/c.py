@@ -78,7 +78,7 @@ from ember.loop.simplify import simplify_expr
 from ember.loop.vectorize import flatten_index, lane_of, lanes_of
 from ember.runtime.abi import ALIGNMENT
 from ember.te.expr import Binary, BinaryOp, Call, Cast, Const, Expr, Select, Unary, UnaryOp
-from ember.te.visit import walk
+from ember.te.visit import float_rounding, walk
 
 STACK_LIMIT_BYTES = 256 * 1024
 
@@ -136,8 +136,6 @@ _NO_CONTRACTION = """\
 #pragma GCC optimize("fp-contract=off")
 #endif
 """
-_ROUNDING_CALLS = frozenset({"round", "floor", "ceil"})
-_EXACT_CALLS = _ROUNDING_CALLS | {"abs", "sqrt", "fmod"}  # correctly rounded in C and NumPy
 
 
 def rounds_floats(func: PrimFunc) -> bool:
@@ -145,17 +143,8 @@ def rounds_floats(func: PrimFunc) -> bool:
     cast of a float to an integer type) and could match the interpreter exactly: not
     when it also computes a transcendental function (exp, tanh, ...), whose vector
     forms differ from NumPy's in the last bit anyway; those keep their FMAs."""
-    rounds = False
-    for expr in stmt_exprs(func.body):
-        for node in walk(expr):
-            match node:
-                case Call(name, _) if name in _ROUNDING_CALLS:
-                    rounds = True
-                case Call(name, _) if name not in _EXACT_CALLS:
-                    return False
-                case Cast(dtype, value) if _is_integer(dtype) and _is_float(value.dtype):
-                    rounds = True
-    return rounds
+    rounds, inexact = float_rounding(stmt_exprs(func.body))
+    return rounds and not inexact
 
 
 def render_c(func: PrimFunc) -> str:

@@ -7,7 +7,7 @@ their identity.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from ember.te.expr import (
     Binary,
@@ -107,3 +107,27 @@ def tensors_read(expr: Expr) -> tuple[Tensor, ...]:
         if isinstance(node, TensorRead) and id(node.tensor) not in seen:
             seen[id(node.tensor)] = node.tensor
     return tuple(seen.values())
+
+
+# Math functions that C and NumPy both compute correctly rounded (the same result bit
+# for bit), and of them those that round a float to an integer value.
+ROUNDING_CALLS = frozenset({"round", "floor", "ceil"})
+EXACT_CALLS = ROUNDING_CALLS | {"abs", "sqrt", "fmod"}
+
+
+def float_rounding(exprs: Iterable[Expr]) -> tuple[bool, bool]:
+    """(rounds, inexact) over `exprs`: whether they round a float to an integer value
+    (a rounding call, or a cast of a float, scalar or vector, to an integer type), and
+    whether they call a math function outside EXACT_CALLS (exp, tanh, ...), which
+    generated code and NumPy may round differently in the last bit. Quantized kernels
+    requantize this way (ember.codegen.c, ember.autoschedule.reference)."""
+    rounds = inexact = False
+    for expr in exprs:
+        for node in walk(expr):
+            match node:
+                case Call(name, _):
+                    rounds |= name in ROUNDING_CALLS
+                    inexact |= name not in EXACT_CALLS
+                case Cast(dtype, value) if value.dtype.startswith(("float", "bfloat")):
+                    rounds |= dtype.startswith(("int", "uint"))
+    return rounds, inexact
