@@ -47,14 +47,18 @@ def _kernel_shape(node: Node) -> list[int]:
     return [weight.shape[axis] for axis in kernel.spatial_axes]
 
 
-@exporter("conv")
-def _conv(export: Exporter, node: Node) -> None:
+def _out_in_weight(export: Exporter, node: Node) -> str:
+    """A conv's (or qconv's) weight in ONNX's (O, I/groups, *kernel) order."""
     attrs = node.attrs
     assert isinstance(attrs, ConvAttrs)
-    weight_value = node.inputs[1]
-    kernel = parse_kernel_layout(attrs.kernel_layout, node.op, weight_value.type.ndim - 2)
-    weight = export.transposed(weight_value, kernel.to_out_in_first, f"{weight_value.name}/oi")
-    _emit_conv(export, node, weight, _kernel_shape(node))
+    weight = node.inputs[1]
+    kernel = parse_kernel_layout(attrs.kernel_layout, node.op, weight.type.ndim - 2)
+    return export.transposed(weight, kernel.to_out_in_first, f"{weight.name}/oi")
+
+
+@exporter("conv")
+def _conv(export: Exporter, node: Node) -> None:
+    _emit_conv(export, node, _out_in_weight(export, node), _kernel_shape(node))
 
 
 @exporter("conv_pack")
@@ -352,9 +356,7 @@ def _qconv(export: Exporter, node: Node) -> None:
     """ONNX's ConvInteger: the same sum of (x - x_zero_point) * w in int32."""
     attrs = node.attrs
     assert isinstance(attrs, QConvAttrs)
-    weight_value = node.inputs[1]
-    kernel = parse_kernel_layout(attrs.kernel_layout, node.op, weight_value.type.ndim - 2)
-    weight = export.transposed(weight_value, kernel.to_out_in_first, f"{weight_value.name}/oi")
+    weight = _out_in_weight(export, node)
     zero = export.scalar(attrs.data_zero_point, node.inputs[0].dtype, f"{node.name}/zero_point")
     _emit_conv_integer(export, node, export.name(node.inputs[0]), weight, zero, None)
 

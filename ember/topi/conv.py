@@ -38,7 +38,7 @@ class _Names:
     reduce_spatial: Sequence[str]
 
 
-def _conv_names(rank: int) -> _Names:
+def conv_names(rank: int) -> _Names:
     spatial = _SPATIAL_NAMES[rank]
     return _Names("nn", "ff", spatial, "rc", ["r" + name[0] for name in spatial])
 
@@ -55,7 +55,7 @@ def _in_layout(layout: DataLayout, batch: T, channel: T, spatial: Sequence[T]) -
     return tuple(result)
 
 
-def _axis_names_in_layout(layout: DataLayout, names: _Names) -> list[str]:
+def axis_names_in_layout(layout: DataLayout, names: _Names) -> list[str]:
     return list(_in_layout(layout, names.batch, names.channel, names.spatial))
 
 
@@ -127,7 +127,7 @@ def _conv_stage(
     kernel taps `taps`, in whatever layout the weight is."""
     rank = layout.spatial_rank
     out_per_group = shape[layout.channel_axis] // attrs.groups
-    names = _conv_names(rank)
+    names = conv_names(rank)
     padded = _padded(data, layout, attrs.padding, "pad_temp")
     rc = reduce_axis(per_group, names.reduce_channel)
     rs = [reduce_axis(k, n) for k, n in zip(kernel, names.reduce_spatial, strict=True)]
@@ -146,7 +146,7 @@ def _conv_stage(
         weight = read_weight(f, rc.var, [r.var for r in rs])
         return reduce_sum(read * weight, _reduce_order(layout, rc, rs))
 
-    return compute(shape, element, name, name, _axis_names_in_layout(layout, names))
+    return compute(shape, element, name, name, axis_names_in_layout(layout, names))
 
 
 def _reduce_order(layout: DataLayout, rc: IterVar, rs: list[IterVar]) -> list[IterVar]:
@@ -184,7 +184,7 @@ def _depthwise(
         return reduce_sum(product, rs)
 
     tag = f"depthwise_conv2d_{attrs.layout.lower()}"
-    axis_names = _axis_names_in_layout(layout, names)
+    axis_names = axis_names_in_layout(layout, names)
     return compute(output.shape, element, "DepthwiseConv2d", tag, axis_names)
 
 
@@ -250,7 +250,7 @@ def _conv_transpose(
     kernel = list(weight.shape[2:])
     out_sizes = [outputs[0].shape[axis] for axis in layout.spatial_axes]
     padded = _dilated_padded(data, attrs, layout, kernel, out_sizes)
-    names = _conv_names(rank)
+    names = conv_names(rank)
     rc = reduce_axis(in_per_group, names.reduce_channel)
     rs = [reduce_axis(k, n) for k, n in zip(kernel, names.reduce_spatial, strict=True)]
 
@@ -272,7 +272,7 @@ def _conv_transpose(
         )
 
     name = f"conv{rank}d_transpose_{attrs.layout.lower()}"
-    axis_names = _axis_names_in_layout(layout, names)
+    axis_names = axis_names_in_layout(layout, names)
     return [compute(outputs[0].shape, element, name, name, axis_names)]
 
 

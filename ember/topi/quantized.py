@@ -27,13 +27,7 @@ from ember.graph.ops.layout import parse_data_layout, parse_kernel_layout
 from ember.graph.ops.quantized import DOT_GROUP, data_offset
 from ember.te import Expr, Tensor, cast, compute, reduce_axis, reduce_sum
 from ember.topi.common import ELEMWISE, Declaration, pad_stage, scaled, typed
-
-_SPATIAL = {1: ["xx"], 2: ["yy", "xx"], 3: ["zz", "yy", "xx"]}
-
-
-def _axis_names(layout_name: str, rank: int) -> list[str]:
-    spatial = iter(_SPATIAL[rank])
-    return ["nn" if a == "N" else "ff" if a == "C" else next(spatial) for a in layout_name]
+from ember.topi.conv import axis_names_in_layout, conv_names
 
 
 def _qconv(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType]) -> list[Tensor]:
@@ -50,7 +44,7 @@ def _qconv(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType]
     # the output's channel, so that a vector of channels reads contiguous bytes.
     depthwise = per_group == 1 and out_per_group == 1
     rc = reduce_axis(per_group, "rc")
-    rs = [reduce_axis(k, "r" + name[0]) for k, name in zip(kernel, _SPATIAL[rank], strict=True)]
+    rs = [reduce_axis(k, n) for k, n in zip(kernel, conv_names(rank).reduce_spatial, strict=True)]
     zero_point = typed(attrs.data_zero_point, "int32")
 
     def element(*out: Expr) -> Expr:
@@ -84,7 +78,7 @@ def _qconv(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType]
         return reduce_sum(product, rs if depthwise else order)
 
     name = f"qconv{rank}d_{attrs.layout.lower()}"
-    names = _axis_names(attrs.layout, rank)
+    names = axis_names_in_layout(layout, conv_names(rank))
     # A depthwise sum of products |x - zero point| * |w| <= 255 * 128 over the taps stays
     # below 2**24 (where float32 stops holding every integer) for up to 514 taps.
     exact_in_float = depthwise and math.prod(kernel) * 255 * 128 < 2**24
@@ -115,7 +109,7 @@ def _qconv_pack(
         )
     padded = _padded(data, attrs, groups * DOT_GROUP - channels, offset)
     rc = reduce_axis(groups, "rc")
-    rs = [reduce_axis(k, "r" + name[0]) for k, name in zip(kernel, _SPATIAL[rank], strict=True)]
+    rs = [reduce_axis(k, n) for k, n in zip(kernel, conv_names(rank).reduce_spatial, strict=True)]
 
     def element(*out: Expr) -> Expr:
         n, f = out[layout.batch_axis], out[layout.channel_axis]
@@ -138,7 +132,7 @@ def _qconv_pack(
         return reduce_sum(total, [*rs, rc])
 
     name = f"qconv{rank}d_{attrs.layout.lower()}"
-    names = _axis_names(attrs.layout, rank)
+    names = axis_names_in_layout(layout, conv_names(rank))
     accumulated = compute(outputs[0].shape, element, f"{name}.acc", name, names)
 
     def corrected(*out: Expr) -> Expr:
