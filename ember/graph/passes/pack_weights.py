@@ -223,8 +223,9 @@ def _packed_qconv(
 def _qconv_correction(arrays: Mapping[str, np.ndarray], node: Node, block: int) -> np.ndarray:
     attrs = node.attrs
     assert isinstance(attrs, QConvAttrs)
-    weight = _padded(arrays[node.inputs[1].name], -1, block)
-    return qconv_correction(weight, attrs.data_zero_point, node.inputs[0].dtype)
+    weight = arrays[node.inputs[1].name]
+    # Padding output channels are zero weights: their correction is zero.
+    return _padded(qconv_correction(weight, attrs.data_zero_point, node.inputs[0].dtype), 0, block)
 
 
 def _constant_weight(

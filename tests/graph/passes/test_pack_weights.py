@@ -197,3 +197,24 @@ def test_conv_outputs_padded_to_whole_vectors_are_sliced_back(check_pass) -> Non
     # The slice cuts the padding off inside the conv's fused group.
     groups = fuse(packed, packed_params).groups
     assert [[n.op for n in g.nodes] for g in groups] == [["conv_pack", "slice", "relu"]]
+
+
+def test_a_qconv_with_a_few_channels_short_of_whole_vectors_is_padded() -> None:
+    """30 output channels on AVX-512 (16 int32 lanes): the packed weight and its
+    correction get two zero channels and a slice cuts them off; integer results equal."""
+    from ember.graph.ops.attrs import QConvAttrs
+
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("q")
+    x = b.input("x", (1, 9, 9, 12), "uint8")
+    w = b.param("w", rng.integers(-128, 128, (3, 3, 12, 30)).astype(np.int8))
+    attrs = QConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1, "NHWC", "HWIO", data_zero_point=7)
+    graph, params = b.build([b.add("qconv", [x, w], attrs)])
+    packed, packed_params = pack_weights(graph, params, AVX512)
+    assert [node.op for node in packed.nodes] == ["qconv_pack", "slice"]
+    correction = packed_params[packed.nodes[0].inputs[2].name]
+    assert correction.shape == (32,) and not correction[30:].any()
+    feeds = {"x": rng.integers(0, 256, (1, 9, 9, 12)).astype(np.uint8)}
+    (want,) = interpret(graph, params, feeds).values()
+    (got,) = interpret(packed, packed_params, feeds).values()
+    np.testing.assert_array_equal(got, want)
