@@ -466,3 +466,71 @@ def test_a_tensor_no_machine_can_allocate_is_refused() -> None:
     assert graph.inputs[0].type.size == 2**64
     with pytest.raises(BuildError, match="more than any machine can allocate"):
         ember.build(graph, "llvm", params)
+
+
+def onnx_graph(nodes: list, inputs: list, outputs: list[str], opset: int = 17) -> tuple:
+    """(graph, params) of an ONNX model made with onnx.helper (outputs' types inferred)."""
+    from onnx import helper
+
+    from ember.frontend import from_onnx
+
+    untyped = [helper.make_value_info(name, helper.TypeProto()) for name in outputs]
+    graph_proto = helper.make_graph(nodes, "model", inputs, untyped)
+    model = helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", opset)])
+    return from_onnx(model)
+
+
+def check_compiled(graph: Graph, params: Params) -> None:
+    """The compiled module computes what the interpreter computes."""
+    feeds = random_inputs(graph)
+    got = ember.build(graph, "llvm", params).load()(**feeds)
+    want = interpret(graph, params, feeds)
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def test_a_long_chain_of_activations_builds() -> None:
+    """400 elementwise nodes in a row nested one expression past Python's recursion limit
+    (issue 18: RecursionError); a group now inlines at most MAX_INLINED_SIZE nodes."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Relu" if i % 2 else "Sigmoid", [f"t{i}"], [f"t{i + 1}"])
+        for i in range(400)
+    ]
+    graph, params = onnx_graph(
+        nodes, [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [4, 8])], ["t400"]
+    )
+    check_compiled(graph, params)
+
+
+def test_a_chain_of_diamonds_builds_without_blowing_up() -> None:
+    """30 swish blocks (x * sigmoid(x)) in a row: inlined whole, each block doubles the
+    expression (2**30 reads of the input; 16 blocks took 52 s to build, 30 never ended).
+    Groups stop at MAX_INLINED_SIZE, so none holds the whole chain."""
+    from onnx import TensorProto, helper
+
+    from ember.graph.passes.fuse import MAX_INLINED_SIZE, fuse
+
+    nodes = []
+    for i in range(30):
+        nodes.append(helper.make_node("Sigmoid", [f"t{i}"], [f"s{i}"]))
+        nodes.append(helper.make_node("Mul", [f"t{i}", f"s{i}"], [f"t{i + 1}"]))
+    graph, params = onnx_graph(
+        nodes, [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [4, 8])], ["t30"]
+    )
+    groups = fuse(graph, params).groups
+    assert 1 < len(groups) <= 60 // 5  # each group takes a few blocks (2**5 < 64 reads)
+    assert all(len(group.nodes) < MAX_INLINED_SIZE for group in groups)
+    check_compiled(graph, params)
+
+
+def test_a_concat_of_many_inputs_builds() -> None:
+    """Concat of 400 inputs was a chain of 400 nested selects (issue 18: RecursionError);
+    it is a balanced tree of selects now."""
+    from onnx import TensorProto, helper
+
+    inputs = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [1, 3]) for i in range(400)]
+    concat = helper.make_node("Concat", [f"x{i}" for i in range(400)], ["y"], axis=0)
+    graph, params = onnx_graph([concat], inputs, ["y"])
+    check_compiled(graph, params)

@@ -1,8 +1,8 @@
 """Injective ops: each output element is one input element picked by index arithmetic.
 
 reshape goes through the row-major flat index (div/mod, terms for length-1 axes
-dropped); concat is a chain of lazy selects on the concatenation axis; split makes one
-tensor per output; gather reads at a data-dependent index (negative indices wrap with
+dropped); concat is a balanced tree of lazy selects on the concatenation axis; split
+makes one tensor per output; gather reads at a data-dependent index (negative indices wrap with
 a floor modulo); pad maps border positions back into the input (constant fill, reflect,
 edge); depth_to_space / space_to_depth are a reshape-transpose-reshape done in one
 index map.
@@ -114,15 +114,19 @@ def _concat(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType
         starts.append(start)
         start += piece.shape[axis]
 
+    def choose(ax: tuple[Expr, ...], first: int, last: int) -> Expr:
+        """The element from pieces[first:last], by a balanced tree of selects (a chain
+        would nest as deep as there are pieces)."""
+        if last - first == 1:
+            return pieces[first][_along(ax, axis, offset(ax[axis], -starts[first]))]
+        middle = (first + last) // 2
+        low, high = choose(ax, first, middle), choose(ax, middle, last)
+        return select(ax[axis] < starts[middle], low, high)
+
     def element(*ax: Expr) -> Expr:
         if not pieces:
             return typed(0, outputs[0].dtype)
-        # Select chain from the last piece back: earlier pieces test their end.
-        value: Expr = pieces[-1][_along(ax, axis, offset(ax[axis], -starts[-1]))]
-        for piece, begin in zip(reversed(pieces[:-1]), reversed(starts[:-1]), strict=True):
-            read = piece[_along(ax, axis, offset(ax[axis], -begin))]
-            value = select(ax[axis] < begin + piece.shape[axis], read, value)
-        return value
+        return choose(ax, 0, len(pieces))
 
     return [_injective("T_concat", outputs[0].shape, element)]
 

@@ -32,6 +32,14 @@ intermediate values is in the region (so none of them is stored), the region's n
 keep `x`'s shape and read nothing else that depends on `x` (`_find_regions`). The
 region's last node becomes the group's tail, and the chain goes on from there.
 
+A group's elementwise and injective nodes are inlined into one expression per output
+element, in which a value read twice (a diamond's `x`) is written out twice. Chains and
+diamonds therefore stop growing a group when that expression would exceed
+`MAX_INLINED_SIZE` nodes: 20 swish blocks in a row would otherwise inline 2**20 reads of
+the first input, and a chain of a few hundred activations would nest deeper than the
+code generator's walks may recurse. Networks' real epilogues are a few nodes; a longer
+chain continues in a new group, through one stored intermediate.
+
 Prologues: a constant-mode `pad` whose only reader is a conv or pool (as its data)
 joins that anchor's group (a conv's ComputeDAG pads its input anyway); a chain of
 reshapes and transposes that makes an operand of a `matmul` (of two activations) for
@@ -306,6 +314,11 @@ def _depends_on(value: Value, source: Value, partition: _Partition) -> bool:
     return False
 
 
+# The largest expression (in graph nodes, a value read twice counted twice) a group's
+# inlined elementwise and injective nodes may form; see the module docstring.
+MAX_INLINED_SIZE = 64
+
+
 class _Partition:
     """Groups under construction: node indices, kinds, tails and group dependencies."""
 
@@ -322,6 +335,8 @@ class _Partition:
         self.tails: list[int] = []
         self.depends_on: list[set[int]] = []
         self.group_of_value: dict[str, int] = {}
+        # Size of the expression a value inlines to within its group (1: stored or read).
+        self.inlined_size: dict[str, int] = {}
 
     def only_reader(self, value: Value, node: Node) -> bool:
         """Whether `node` is the only reader of `value` and the graph does not output it."""
@@ -345,6 +360,7 @@ class _Partition:
 
     def _add(self, group: int, index: int) -> None:
         node = self.graph.nodes[index]
+        size = 1 if index == self.anchors[group] else self._size_in(group, node)
         self.members[group].append(index)
         for value in node.inputs:
             source = self.group_of_value.get(value.name)
@@ -352,6 +368,15 @@ class _Partition:
                 self.depends_on[group].add(source)
         for value in node.outputs:
             self.group_of_value[value.name] = group
+            self.inlined_size[value.name] = size
+
+    def _size_in(self, group: int, node: Node) -> int:
+        """The size of `node`'s expression were it inlined into `group`: its operands
+        produced in the group count their own size, the others (loads) one each."""
+        return 1 + sum(
+            self.inlined_size[value.name] if self.group_of_value.get(value.name) == group else 1
+            for value in node.inputs
+        )
 
     def joinable_group(
         self, index: int, pattern: OpPattern, region_source: str | None = None
@@ -361,11 +386,15 @@ class _Partition:
         node = self.graph.nodes[index]
         if region_source is not None:
             group = self._region_group(node, region_source)
-            if group is not None:
+            if group is not None and self._size_in(group, node) <= MAX_INLINED_SIZE:
                 return group
         for value in node.inputs:
             group = self.group_of_value.get(value.name)
-            if group is not None and self._may_join(group, node, value, pattern):
+            if (
+                group is not None
+                and self._may_join(group, node, value, pattern)
+                and self._size_in(group, node) <= MAX_INLINED_SIZE
+            ):
                 return group
         return None
 
