@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import safetensors.numpy
 from library_abi import run_library
+from onnx import TensorProto, helper
 
 import ember
 import ember.toolchain
@@ -468,16 +470,18 @@ def test_a_tensor_no_machine_can_allocate_is_refused() -> None:
         ember.build(graph, "llvm", params)
 
 
-def onnx_graph(nodes: list, inputs: list, outputs: list[str], opset: int = 17) -> tuple:
-    """(graph, params) of an ONNX model made with onnx.helper (outputs' types inferred)."""
-    from onnx import helper
-
-    from ember.frontend import from_onnx
-
+def onnx_model(nodes: list, inputs: list, outputs: list[str], opset: int = 17) -> onnx.ModelProto:
+    """A model made with onnx.helper, its outputs' types left to inference."""
     untyped = [helper.make_value_info(name, helper.TypeProto()) for name in outputs]
     graph_proto = helper.make_graph(nodes, "model", inputs, untyped)
-    model = helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", opset)])
-    return from_onnx(model)
+    return helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def onnx_graph(nodes: list, inputs: list, outputs: list[str], opset: int = 17) -> tuple:
+    """(graph, params) of `onnx_model(...)`."""
+    from ember.frontend import from_onnx
+
+    return from_onnx(onnx_model(nodes, inputs, outputs, opset))
 
 
 def check_compiled(graph: Graph, params: Params) -> None:
@@ -492,8 +496,6 @@ def check_compiled(graph: Graph, params: Params) -> None:
 def test_a_long_chain_of_activations_builds() -> None:
     """400 elementwise nodes in a row nested one expression past Python's recursion limit
     (issue 18: RecursionError); a group now inlines at most MAX_INLINED_SIZE nodes."""
-    from onnx import TensorProto, helper
-
     nodes = [
         helper.make_node("Relu" if i % 2 else "Sigmoid", [f"t{i}"], [f"t{i + 1}"])
         for i in range(400)
@@ -508,8 +510,6 @@ def test_a_chain_of_diamonds_builds_without_blowing_up() -> None:
     """30 swish blocks (x * sigmoid(x)) in a row: inlined whole, each block doubles the
     expression (2**30 reads of the input; 16 blocks took 52 s to build, 30 never ended).
     Groups stop at MAX_INLINED_SIZE, so none holds the whole chain."""
-    from onnx import TensorProto, helper
-
     from ember.graph.passes.fuse import MAX_INLINED_SIZE, fuse
 
     nodes = []
@@ -528,9 +528,47 @@ def test_a_chain_of_diamonds_builds_without_blowing_up() -> None:
 def test_a_concat_of_many_inputs_builds() -> None:
     """Concat of 400 inputs was a chain of 400 nested selects (issue 18: RecursionError);
     it is a balanced tree of selects now."""
-    from onnx import TensorProto, helper
-
     inputs = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [1, 3]) for i in range(400)]
     concat = helper.make_node("Concat", [f"x{i}" for i in range(400)], ["y"], axis=0)
     graph, params = onnx_graph([concat], inputs, ["y"])
     check_compiled(graph, params)
+
+
+def _empty_case(op: str, shapes: list[list[int]], **attrs: object) -> tuple:
+    inputs = [
+        helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, shape)
+        for i, shape in enumerate(shapes)
+    ]
+    node = helper.make_node(op, [f"x{i}" for i in range(len(shapes))], ["y"], **attrs)
+    return onnx_model([node], inputs, ["y"])
+
+
+EMPTY_CASES = {
+    "concat of empties": _empty_case("Concat", [[0, 3], [0, 3]], axis=0),
+    "concat with an empty piece": _empty_case("Concat", [[2, 0], [2, 3], [2, 0]], axis=1),
+    "matmul over k = 0": _empty_case("MatMul", [[2, 0], [0, 3]]),
+    "matmul of no rows": _empty_case("MatMul", [[0, 4], [4, 3]]),
+    "batched matmul of no batches": _empty_case("MatMul", [[0, 2, 4], [4, 3]]),
+    "lrn over no channels": _empty_case("LRN", [[1, 0, 4, 4]], size=3),
+    "max pool of no batches": _empty_case("MaxPool", [[0, 2, 4, 4]], kernel_shape=[2, 2]),
+    "max over an empty axis": _empty_case("ReduceMax", [[2, 0]], keepdims=1),
+    "sum of nothing": _empty_case("ReduceSum", [[0, 4]], keepdims=0),
+    "softmax of no rows": _empty_case("Softmax", [[0, 4]]),
+}
+
+
+@pytest.mark.parametrize("case", EMPTY_CASES)
+def test_empty_tensors_compute_what_onnx_runtime_does(case: str) -> None:
+    """A dimension of 0 is legal ONNX (issue 18: KeyError / ValueError in te/dag.py and
+    the default schedules). Empty tensors fold to constants, a concat drops its empty
+    pieces, and a product over K = 0 is zeros, as in ONNX Runtime."""
+    from ember.frontend import from_onnx
+    from ember.testing.oracle import run_onnxruntime
+
+    model = EMPTY_CASES[case]
+    graph, params = from_onnx(model)
+    check_compiled(graph, params)
+    feeds = random_inputs(graph)
+    ours = interpret(graph, params, feeds)
+    theirs = run_onnxruntime(model, feeds)
+    np.testing.assert_array_equal(ours["y"], theirs["y"])

@@ -14,6 +14,11 @@ from ember.graph.ops import evaluate
 def fold_constants(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, Params]:
     """Replace each node whose inputs are all params by params holding its results.
 
+    An empty tensor (a dimension of 0) holds no data, so it is a constant whatever
+    computes it: a node whose outputs are all empty becomes empty params, and an empty
+    graph input counts as a constant operand (MatMul over K = 0 folds to zeros, a
+    reduction over nothing to its identity). No kernel ever runs on an empty tensor.
+
     Pre: `params` holds an array for every param of `graph`.
     Post: no node reads only params (so a node without inputs is folded too); each
     folded output keeps its name and type and becomes a param, so readers and graph
@@ -29,11 +34,17 @@ def fold_constants(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Grap
     arrays: Params = {v.name: np.asarray(params[v.name]) for v in graph.params}
     new_params: list[Value] = list(graph.params)
     kept: list[Node] = []
+    for value in graph.inputs:
+        if value.type.size == 0:
+            arrays[value.name] = np.empty(value.shape, value.dtype)
     for node in graph.nodes:
-        if not all(value.name in arrays for value in node.inputs):
+        if all(value.type.size == 0 for value in node.outputs):
+            results = [np.empty(value.shape, value.dtype) for value in node.outputs]
+        elif all(value.name in arrays for value in node.inputs):
+            results = evaluate(node.op, [arrays[v.name] for v in node.inputs], node.attrs)
+        else:
             kept.append(node)
             continue
-        results = evaluate(node.op, [arrays[v.name] for v in node.inputs], node.attrs)
         for value, result in zip(node.outputs, results, strict=True):
             # evaluate() already checked the result against the op's inferred type.
             assert TensorType.of(result) == value.type, (value, result.shape)
@@ -42,4 +53,4 @@ def fold_constants(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Grap
             arrays[value.name] = np.asarray(result, order="C")  # keeps 0-d arrays 0-d
             new_params.append(value)
     folded = graph.replace(nodes=tuple(kept), params=tuple(new_params))
-    return prune_params(folded, arrays)
+    return prune_params(folded, arrays)  # keeps params only: empty inputs stay inputs

@@ -113,6 +113,14 @@ def _neutral_operand(neutral: int, sides: tuple[int, ...]) -> RuleFn:
     return rule
 
 
+def _drop_empty_pieces(node: Node, context: Context) -> Value | Rewrite | None:
+    """A concat's empty inputs add nothing (and a kernel would have nothing to read)."""
+    pieces = tuple(value for value in node.inputs if value.type.size > 0)
+    if not pieces or len(pieces) == len(node.inputs):
+        return None
+    return pieces[0] if len(pieces) == 1 else Rewrite("concat", pieces, node.attrs)
+
+
 def _power_of_constant_exponent(node: Node, context: Context) -> Value | Rewrite | None:
     """x ** c for a float x and a constant c of one value that does not broadcast x, by
     multiplies, a reciprocal or a square root, which are vector instructions, where
@@ -217,6 +225,7 @@ RULES: tuple[Rule, ...] = (
     Rule("multiply", _neutral_operand(1, sides=(0, 1))),  # x * 1 -> x, 1 * x -> x
     Rule("divide", _neutral_operand(1, sides=(1,))),  # x / 1 -> x
     Rule("power", _power_of_constant_exponent),  # x ** 2 -> x * x, x ** 0.5 -> sqrt(x), ...
+    Rule("concat", _drop_empty_pieces),  # concat(x, empty, y) -> concat(x, y)
 )
 
 _RULES_BY_OP: dict[str, tuple[RuleFn, ...]] = {
