@@ -39,6 +39,7 @@ from ember.device import host_cpu_count
 from ember.errors import BuildError
 from ember.graph.analysis import summarize
 from ember.graph.ir import Graph, Value
+from ember.graph.ops.attrs import AxisAttrs
 from ember.graph.passes import FusedGraph, FusedGroup
 from ember.graph.passes.pack_weights import packed_layouts
 from ember.loop.ir import PrimFunc
@@ -50,6 +51,7 @@ from ember.runtime.aot import (
     AotProgram,
     BufferRef,
     CopyStep,
+    IndexCheck,
     KernelStep,
     Region,
     Step,
@@ -256,7 +258,8 @@ def plan_build(parts: Partition, target: Target, backend: Backend) -> BuildPlan:
             records.append(_record(group, f"ember_topk_{step.dtype}", None))
             continue
         refs = tuple(locations[value.name] for value in (*group.inputs, *group.outputs))
-        steps.append(KernelStep(group.name, backend.symbols(kernel.name)[1], refs))
+        checks = _index_checks(group, locations)
+        steps.append(KernelStep(group.name, backend.symbols(kernel.name)[1], refs, checks))
         records.append(_record(group, kernel.name, kernel.workload_key))
     steps.extend(_output_copies(graph, locations))
     program = AotProgram(
@@ -308,6 +311,27 @@ def _intermediate_lifetimes(
                 last[value.name] = step
                 sizes[value.name] = value.type.nbytes
     return [TensorLifetime(name, sizes[name], first[name], last[name]) for name in first]
+
+
+def _index_checks(group: FusedGroup, locations: Mapping[str, BufferRef]) -> tuple[IndexCheck, ...]:
+    """Checks of the indices the group's gathers read from tensors computed at run time
+    (`fuse` keeps them out of the group; constant indices were checked when folded)."""
+    params = {value.name for value in group.params}
+    checks = []
+    for node in group.nodes:
+        if node.op not in ("gather", "gather_elements"):
+            continue
+        data, indices = node.inputs
+        if indices.name in params or indices.type.size == 0:
+            continue
+        attrs = node.attrs
+        assert isinstance(attrs, AxisAttrs)
+        what = f"{node.op} node {node.name!r}"
+        location = locations[indices.name]
+        checks.append(
+            IndexCheck(what, indices.dtype, location, indices.type.size, data.shape[attrs.axis])
+        )
+    return tuple(checks)
 
 
 def _helper_step(group: FusedGroup, locations: Mapping[str, BufferRef]) -> TopKStep:

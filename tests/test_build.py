@@ -572,3 +572,36 @@ def test_empty_tensors_compute_what_onnx_runtime_does(case: str) -> None:
     ours = interpret(graph, params, feeds)
     theirs = run_onnxruntime(model, feeds)
     np.testing.assert_array_equal(ours["y"], theirs["y"])
+
+
+def test_run_time_indices_out_of_range_fail_the_run() -> None:
+    """Indices computed at run time are checked before the gather's kernel reads through
+    them (issue 18: the compiled module read a wrapped row where the interpreter raised):
+    in range (negative ones count from the end) the module equals the interpreter, out
+    of range the run fails naming the node and the index."""
+    from ember.errors import ShapeError
+    from ember.runtime.module import ExecutionError
+
+    nodes = [
+        helper.make_node("Cast", ["j"], ["i"], to=TensorProto.INT64),
+        helper.make_node("Gather", ["x", "i"], ["g"], axis=0, name="pick"),
+        helper.make_node("Relu", ["g"], ["y"]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+        helper.make_tensor_value_info("j", TensorProto.INT32, [2]),
+    ]
+    graph, params = onnx_graph(nodes, inputs, ["y"])
+    module = ember.build(graph, "llvm", params).load()
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    for ok in ([1, -2], [0, -1]):
+        j = np.array(ok, np.int32)
+        want = interpret(graph, params, {"x": x, "j": j})["y"]
+        np.testing.assert_array_equal(module(x=x, j=j)["y"], want)
+    for bad in ([1, 2], [-3, 0]):
+        j = np.array(bad, np.int32)
+        with pytest.raises(ShapeError, match="out of range"):
+            interpret(graph, params, {"x": x, "j": j})
+        message = f"gather node 'pick': index {max(bad, key=abs)} .* out of range .* size 2"
+        with pytest.raises(ExecutionError, match=message):
+            module(x=x, j=j)

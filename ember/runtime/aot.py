@@ -7,14 +7,15 @@ table naming each step and what it calls), `ember_model_run` and
 `ember_model_run_timed` (declared in `c/ember_internal.h`; the same steps, the second
 reading the clock after each one, for `ember_profile`). The C ABI itself
 (`ember.runtime.abi`: `ember_create`, `ember_run`, `ember_benchmark`, `ember_profile`,
-...) is hand-written once in `c/runtime.c`, with the safetensors reader (`c/safetensors.c`)
-and topk (`c/topk.c`); `runtime_sources()` returns them ready to compile. Every step
-reads and writes through a `BufferRef`: a graph input, output or param by index, or a
-byte offset into the instance's arena (the memory plan).
+...) is hand-written once in `c/runtime.c`, with the safetensors reader (`c/safetensors.c`),
+topk (`c/topk.c`) and the index checks (`c/indices.c`); `runtime_sources()` returns them
+ready to compile. Every step reads and writes through a `BufferRef`: a graph input,
+output or param by index, or a byte offset into the instance's arena (the memory plan).
 
 Steps:
 - `KernelStep`: a generated kernel, called through its packed wrapper
-  `int32_t name_packed(void* const* args, int32_t num_args)` (ember/codegen/c.py).
+  `int32_t name_packed(void* const* args, int32_t num_args)` (ember/codegen/c.py),
+  after its `IndexCheck`s: data-dependent indices it reads are checked in range first.
 - `TopKStep`: the hand-written topk for one dtype.
 - `CopyStep`: a memcpy, for graph outputs that are inputs, params or another output.
 """
@@ -44,7 +45,9 @@ TOPK_DTYPES = {
 
 # Before any system header: clock_gettime, fseeko and off_t need POSIX under -std=c11.
 _FEATURES = "#define _POSIX_C_SOURCE 200809L\n#define _FILE_OFFSET_BITS 64\n"
-_RUNTIME_FILES = ("runtime.c", "safetensors.c", "topk.c")
+_RUNTIME_FILES = ("runtime.c", "safetensors.c", "topk.c", "indices.c")
+# dtypes c/indices.c checks (the index dtypes gather accepts).
+INDEX_CHECK_DTYPES = {"int32": "int32_t", "int64": "int64_t"}
 
 
 class Region(enum.Enum):
@@ -69,12 +72,26 @@ class BufferRef:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexCheck:
+    """`count` indices of `dtype` at `indices`, each in [-extent, extent), or the run
+    fails naming `node`."""
+
+    node: str
+    dtype: str
+    indices: BufferRef
+    count: int
+    extent: int
+
+
+@dataclass(frozen=True, slots=True)
 class KernelStep:
-    """Call kernel `symbol` (its packed wrapper) with `args`: inputs, then outputs."""
+    """Call kernel `symbol` (its packed wrapper) with `args`: inputs, then outputs;
+    after `checks`."""
 
     name: str
     symbol: str
     args: tuple[BufferRef, ...]
+    checks: tuple[IndexCheck, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +266,9 @@ def _step_table(steps: tuple[Step, ...]) -> list[str]:
 def _declarations(steps: tuple[Step, ...]) -> list[str]:
     kernels = sorted({step.symbol for step in steps if isinstance(step, KernelStep)})
     topk = sorted({step.dtype for step in steps if isinstance(step, TopKStep)})
+    checked = sorted(
+        {check.dtype for step in steps if isinstance(step, KernelStep) for check in step.checks}
+    )
     return [
         *(f"int32_t {symbol}(void* const* args, int32_t num_args);" for symbol in kernels),
         *(
@@ -256,6 +276,11 @@ def _declarations(steps: tuple[Step, ...]) -> list[str]:
             f"{TOPK_DTYPES[dtype]}* values, int64_t* indices, int64_t outer, int64_t extent, "
             "int64_t inner, int64_t k, int32_t largest);"
             for dtype in topk
+        ),
+        *(
+            f"int32_t ember_check_indices_{dtype}(const {INDEX_CHECK_DTYPES[dtype]}* indices, "
+            "int64_t count, int64_t extent, const char* node);"
+            for dtype in checked
         ),
     ]
 
@@ -292,8 +317,15 @@ def _step_lines(step: Step) -> list[str]:
         )
         return [comment, f"if ({call} != 0) return -1;"]
     args = ", ".join(arg.c_pointer() for arg in step.args) or "0"
+    checks = [
+        f"if (ember_check_indices_{check.dtype}((const {INDEX_CHECK_DTYPES[check.dtype]}*)"
+        f"{check.indices.c_pointer()}, {check.count}, {check.extent}, "
+        f"{c_string(check.node)}) != 0) return -1;"
+        for check in step.checks
+    ]
     return [
         comment,
+        *checks,
         "{",
         f"  void* const args[] = {{{args}}};",
         f"  if ({step.symbol}(args, {len(step.args)}) != 0) {{",

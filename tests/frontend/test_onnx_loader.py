@@ -475,3 +475,19 @@ def test_logical_operators_on_floats_are_refused(op_type: str) -> None:
     )
     with pytest.raises(ModelLoadError, match=f"ONNX's {op_type} takes bool tensors only"):
         from_onnx(model)
+
+
+@pytest.mark.parametrize("op_type", ["Gather", "GatherElements"])
+@pytest.mark.parametrize("index", [2, -3])
+def test_constant_indices_out_of_range_are_refused(op_type: str, index: int) -> None:
+    """Issue 18: they passed import; the interpreter raised later and the compiled
+    module read a wrapped row (5 of 2 rows gave row 1)."""
+    indices = helper.make_tensor("i", TensorProto.INT64, [1, 2], [0, index])
+    model = graph_model(
+        [helper.make_node(op_type, ["x", "i"], ["y"], axis=0)],
+        [_tensor("x", [2, 2])],
+        [_tensor("y", None)],
+        initializers=[indices],
+    )
+    with pytest.raises(ModelLoadError, match=f"index {index} is out of range for axis 0 of size 2"):
+        from_onnx(model)

@@ -286,6 +286,15 @@ def convert_gather(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]
     data, indices = node.input(0), node.input(1)
     axis = normalize_axis(node, node.int_attr("axis", 0), data.type.ndim)
     op = "gather" if node.op_type == "Gather" else "gather_elements"
+    constant = ctx.constant(indices)
+    extent = data.shape[axis]
+    if constant is not None and constant.size:
+        bad = constant[(constant < -extent) | (constant >= extent)]
+        if bad.size:
+            raise ModelLoadError(
+                f"{node.where}: index {bad.flat[0]} is out of range for axis {axis} of size "
+                f"{extent} (indices must lie in [{-extent}, {extent - 1}])"
+            )
     return [ctx.builder.add(op, [data, indices], AxisAttrs(axis), node.name)]
 
 

@@ -24,6 +24,9 @@ and only along a single-consumer chain:
   depend on this group (so the groups stay acyclic): conv -> add(bias) ->
   add(residual) -> relu is one group.
 
+A gather never joins the group computing its indices: they are stored, and the entry
+point checks them in range before the gather's group runs (`ember.build`).
+
 Beside chains, elementwise diamonds: a value `x` read by several elementwise or
 broadcast nodes whose paths meet again in one node (`x * sigmoid(x)`, GELU's
 `0.5 * x * (1 + erf(x / sqrt 2))`, `x * hardsigmoid(x)`) fuses as one region into
@@ -314,6 +317,10 @@ def _depends_on(value: Value, source: Value, partition: _Partition) -> bool:
     return False
 
 
+# Ops reading at data-dependent indices (their second input), which the entry point
+# checks in range before the group runs (ember.build): the indices must be stored.
+_INDEXED_READS = frozenset({"gather", "gather_elements"})
+
 # The largest expression (in graph nodes, a value read twice counted twice) a group's
 # inlined elementwise and injective nodes may form; see the module docstring.
 MAX_INLINED_SIZE = 64
@@ -420,6 +427,8 @@ class _Partition:
         tail = self.graph.nodes[self.tails[group]]
         if link not in tail.outputs or not self.only_reader(link, node):
             return False
+        if node.op in _INDEXED_READS and link is node.inputs[1]:
+            return False  # the indices are stored, so the run can check them first
         if kind == GroupKind.ANCHOR and tail.op in _PADDED_ANCHORS and _is_crop(node):
             return not self._would_cycle(group, node)  # cuts the padding off, see below
         if kind == GroupKind.OPAQUE or (kind == GroupKind.ANCHOR and pattern > OpPattern.BROADCAST):
