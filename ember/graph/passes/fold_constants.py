@@ -39,7 +39,7 @@ def fold_constants(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Grap
             arrays[value.name] = np.empty(value.shape, value.dtype)
     for node in graph.nodes:
         if all(value.type.size == 0 for value in node.outputs):
-            results = [np.empty(value.shape, value.dtype) for value in node.outputs]
+            results = tuple(np.empty(value.shape, value.dtype) for value in node.outputs)
         elif all(value.name in arrays for value in node.inputs):
             results = evaluate(node.op, [arrays[v.name] for v in node.inputs], node.attrs)
         else:
