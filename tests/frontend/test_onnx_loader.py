@@ -491,3 +491,39 @@ def test_constant_indices_out_of_range_are_refused(op_type: str, index: int) -> 
     )
     with pytest.raises(ModelLoadError, match=f"index {index} is out of range for axis 0 of size 2"):
         from_onnx(model)
+
+
+def _calling_local_function(function: onnx.FunctionProto, call_inputs: list[str]):
+    call = helper.make_node("F", call_inputs, ["y"], domain="local")
+    model = graph_model([call], [_tensor("x", [2])], [_tensor("y", [2])], opset=17)
+    model.opset_import.append(helper.make_opsetid("local", 1))
+    model.functions.append(function)
+    return model
+
+
+def test_local_functions_the_inliner_refuses_are_model_load_errors() -> None:
+    """Issue 18: onnx's inliner raised its ValidationError (a recursive function) and a
+    bare RuntimeError (a call with more inputs than the function declares)."""
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    recursive = helper.make_function(
+        "local", "F", ["a"], ["b"], [helper.make_node("F", ["a"], ["b"], domain="local")], opsets
+    )
+    with pytest.raises(ModelLoadError, match="cannot be inlined: Cycle detected"):
+        from_onnx(_calling_local_function(recursive, ["x"]))
+    relu = helper.make_function(
+        "local", "F", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])], opsets
+    )
+    with pytest.raises(ModelLoadError, match="cannot be inlined: Number of actual parameters"):
+        from_onnx(_calling_local_function(relu, ["x", "x"]))
+
+
+def test_text_that_is_not_utf8_is_a_model_load_error() -> None:
+    """Protobuf parses bytes that are not UTF-8 into string fields; reading one raised
+    UnicodeDecodeError from onnx's checker (issue 18)."""
+    model = graph_model(
+        [helper.make_node("LeakyRelu", ["x"], ["y"], alpha=0.5)], [_tensor("x", [2])],
+        [_tensor("y", [2])], opset=17,
+    )  # fmt: skip
+    data = model.SerializeToString().replace(b"alpha", b"al\xffha")
+    with pytest.raises(ModelLoadError, match="text that is not UTF-8"):
+        from_onnx(data)

@@ -71,15 +71,25 @@ def from_onnx(model: ModelSource, shapes: ShapeOverrides | None = None) -> tuple
     to other values than the model's.
     """
     proto = read_model(model)
+    try:
+        return _convert_model(proto, shapes or {})
+    except UnicodeDecodeError as error:
+        # Protobuf checks no text on parsing; Python decodes each string when read.
+        raise ModelLoadError(
+            f"the model holds text that is not UTF-8 ({error.object[:40]!r}...); names, "
+            "op types and string attributes must be UTF-8: re-export the model"
+        ) from None
+
+
+def _convert_model(proto: onnx.ModelProto, shapes: ShapeOverrides) -> tuple[Graph, Params]:
     opset = default_opset(proto)
     if proto.functions:
-        # Model-local functions are plain subgraphs; inlining makes them ordinary nodes.
-        proto = onnx.inliner.inline_local_functions(proto)
+        proto = _inline_functions(proto)
     check_structure(proto.graph)
     check_supported(proto.graph)
     check_nodes(proto)
     builder = GraphBuilder(name=_graph_name(proto.graph), fold_constants=True)
-    env = _import_values(builder, proto.graph, shapes or {})
+    env = _import_values(builder, proto.graph, shapes)
     ctx = ConversionContext(builder, opset)
     output_names = [out.name for out in proto.graph.output]
     # Reserve the output names so that no intermediate value takes one of them.
@@ -92,6 +102,21 @@ def from_onnx(model: ModelSource, shapes: ShapeOverrides | None = None) -> tuple
     graph, params = _build_with_output_names(builder, env, input_names, output_names)
     verify(graph, params)
     return graph, params
+
+
+def _inline_functions(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Model-local functions are plain subgraphs; inlining makes them ordinary nodes."""
+    try:
+        return onnx.inliner.inline_local_functions(proto)
+    except (onnx.checker.ValidationError, RuntimeError) as error:
+        # The inliner refuses recursive functions and calls that do not fit a function's
+        # signature (more inputs or outputs than it declares).
+        text = str(error).strip().splitlines()[0] if str(error).strip() else "invalid"
+        reason = text.split("failed: ")[-1].rstrip(".")
+        raise ModelLoadError(
+            f"the model's local functions cannot be inlined: {reason}. Check the "
+            "functions and the nodes calling them (or re-export the model without them)"
+        ) from None
 
 
 # -- reading -------------------------------------------------------------------------
