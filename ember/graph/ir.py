@@ -39,6 +39,11 @@ DTYPES = (
 FLOAT_DTYPES = ("float16", "float32", "float64")
 
 
+# The largest rank a tensor may have: NumPy (the reference interpreter, constant
+# folding) broadcasts up to 32 axes.
+MAX_RANK = 32
+
+
 @dataclass(frozen=True, slots=True)
 class TensorType:
     """A static tensor type: every dimension is a known non-negative integer."""
@@ -51,6 +56,11 @@ class TensorType:
             raise ShapeError(f"unknown dtype {self.dtype!r}; Ember supports {', '.join(DTYPES)}")
         if any((not isinstance(d, int)) or d < 0 for d in self.shape):
             raise ShapeError(f"shape {self.shape} must be a tuple of non-negative integers")
+        if len(self.shape) > MAX_RANK:
+            raise ShapeError(
+                f"a tensor of rank {len(self.shape)} ({self.dtype}[{self.shape[0]}, ...]); "
+                f"Ember supports ranks up to {MAX_RANK}: merge axes with a Reshape"
+            )
 
     @property
     def ndim(self) -> int:

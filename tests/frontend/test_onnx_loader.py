@@ -527,3 +527,15 @@ def test_text_that_is_not_utf8_is_a_model_load_error() -> None:
     data = model.SerializeToString().replace(b"alpha", b"al\xffha")
     with pytest.raises(ModelLoadError, match="text that is not UTF-8"):
         from_onnx(data)
+
+
+def test_ranks_beyond_32_are_refused() -> None:
+    """Issue 18: broadcasting rank-33 operands raised NumPy's RuntimeError (NumPy
+    broadcasts up to 32 axes); a type of higher rank is refused, naming the input."""
+    model = graph_model(
+        [helper.make_node("Add", ["a", "b"], ["y"])],
+        [_tensor("a", [1] * 33), _tensor("b", [2] * 33)],
+        [_tensor("y", None)],
+    )
+    with pytest.raises(ShapeError, match=r"input 'a': a tensor of rank 33 .* up to 32"):
+        from_onnx(model)

@@ -16,11 +16,12 @@ The steps, in order, each failing with an `EmberError` that says what to fix:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeGuard
@@ -339,7 +340,9 @@ def _import_values(
     """Params for initializers and typed inputs for the other graph inputs."""
     env: dict[str, Value | _NotProduced] = {}
     for tensor in graph.initializer:
-        env[tensor.name] = builder.param(tensor.name, tensor_to_array(tensor, "initializer"))
+        array = tensor_to_array(tensor, "initializer")
+        with _naming(f"initializer {tensor.name!r}"):
+            env[tensor.name] = builder.param(tensor.name, array)
     if not isinstance(shapes, Mapping):
         raise ShapeError(
             f"shapes= must map input names to shapes, e.g. {{'input': (1, 3, 224, 224)}}; "
@@ -356,8 +359,18 @@ def _import_values(
         )
     for value in real_inputs:
         dtype, shape = _input_type(value, shapes.get(value.name))
-        env[value.name] = builder.input(value.name, shape, dtype)
+        with _naming(f"input {value.name!r}"):
+            env[value.name] = builder.input(value.name, shape, dtype)
     return env
+
+
+@contextlib.contextmanager
+def _naming(what: str) -> Iterator[None]:
+    """ShapeErrors raised inside (an invalid type) name `what` they are about."""
+    try:
+        yield
+    except ShapeError as error:
+        raise ShapeError(f"{what}: {error}") from None
 
 
 def tensor_to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
