@@ -19,6 +19,10 @@ class ShapeError(EmberError):
     """Shapes or dtypes do not fit: a bad input shape override or an ill-typed graph."""
 
 
+class ResourceError(EmberError):
+    """A computation needs more memory than the machine has (a huge tensor)."""
+
+
 class GraphError(EmberError):
     """A graph is structurally invalid (failed `verify`)."""
 

@@ -25,6 +25,7 @@ from ember.graph.ir import (
     remove_dead_nodes,
 )
 from ember.graph.ops import evaluate, infer_types
+from ember.graph.passes.fold_constants import worth_folding
 
 
 class GraphBuilder:
@@ -110,8 +111,14 @@ class GraphBuilder:
         attrs = attrs if attrs is not None else NoAttrs()
         out_types = infer_types(op, [v.type for v in inputs], attrs)
         node_name = self.fresh_name(name or op)
-        if self.fold_constants and inputs and all(self.is_constant(v) for v in inputs):
-            results = evaluate(op, [self._arrays[v.name] for v in inputs], attrs)
+        constants = [self._arrays[v.name] for v in inputs if self.is_constant(v)]
+        if (
+            self.fold_constants
+            and inputs
+            and len(constants) == len(inputs)
+            and worth_folding(constants, out_types)
+        ):
+            results = evaluate(op, constants, attrs)
             return tuple(
                 self.param(node_name if len(results) == 1 else f"{node_name}:{i}", r)
                 for i, r in enumerate(results)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ember.errors import ShapeError
+from ember.errors import ResourceError, ShapeError
 from ember.graph.ir import Graph, TensorType, Value
 from ember.graph.ops import evaluate
 
@@ -32,7 +32,16 @@ def interpret(
             raise ShapeError(f"input {value.name!r} was not given (graph inputs: {names})")
         env[value.name] = _checked(value, np.asarray(inputs[value.name]), "input")
     for node in graph.nodes:
-        results = evaluate(node.op, [env[v.name] for v in node.inputs], node.attrs)
+        try:
+            results = evaluate(node.op, [env[v.name] for v in node.inputs], node.attrs)
+        except MemoryError:
+            sizes = ", ".join(
+                f"{value.type} ({value.type.nbytes:,} bytes)" for value in node.outputs
+            )
+            raise ResourceError(
+                f"node {node.name!r} ({node.op}): its result {sizes} does not fit in this "
+                "machine's memory"
+            ) from None
         for value, result in zip(node.outputs, results, strict=True):
             env[value.name] = _checked(value, result, f"output of node {node.name!r}")
     return {value.name: env[value.name] for value in graph.outputs}

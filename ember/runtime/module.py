@@ -36,7 +36,7 @@ from typing import Protocol
 import numpy as np
 
 from ember.device import device_model, host_cpu_features
-from ember.errors import ArtifactError, ExecutionError, InputError, TargetError
+from ember.errors import ArtifactError, ExecutionError, InputError, ResourceError, TargetError
 from ember.runtime.abi import ALIGNMENT, REBUILD_HINT, CLibrary, TensorSpec
 from ember.runtime.profile import GroupInfo, Profile
 from ember.target import Target, host_triple
@@ -208,7 +208,13 @@ def aligned_empty(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     item, count = np.dtype(dtype), math.prod(shape)
     # At least one element: NumPy moves the data of an empty view off the buffer.
     nbytes = max(count, 1) * item.itemsize
-    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    try:
+        raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    except MemoryError:
+        raise ResourceError(
+            f"a {dtype}[{', '.join(map(str, shape))}] tensor ({nbytes:,} bytes) does not fit "
+            "in this machine's memory"
+        ) from None
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start : start + nbytes].view(item)[:count].reshape(shape)
 

@@ -539,3 +539,54 @@ def test_ranks_beyond_32_are_refused() -> None:
     )
     with pytest.raises(ShapeError, match=r"input 'a': a tensor of rank 33 .* up to 32"):
         from_onnx(model)
+
+
+def test_huge_constants_stay_nodes_instead_of_being_allocated_at_import() -> None:
+    """Issue 18: ConstantOfShape of [2**20, 2**20] and Dropout's mask of a large input
+    were materialised at import (MemoryError, or 4 GiB and 24 s for the mask). Results
+    much larger than their inputs stay nodes (`worth_folding`); the interpreter then says
+    the tensor does not fit, as a ResourceError."""
+    from ember.errors import ResourceError
+
+    fill = helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])
+    shape = helper.make_tensor("s", TensorProto.INT64, [2], [2**20, 2**20])
+    model = graph_model(
+        [helper.make_node("ConstantOfShape", ["s"], ["c"], value=fill),
+         helper.make_node("Add", ["x", "c"], ["y"]),
+         helper.make_node("Dropout", ["y"], ["z", "mask"])],
+        [_tensor("x", [1])], [_tensor("z", None), _tensor("mask", None)],
+        initializers=[shape], opset=17,
+    )  # fmt: skip
+    graph, params = from_onnx(model)
+    assert [node.op for node in graph.nodes] == ["broadcast_to", "add", "broadcast_to"]
+    assert sum(array.nbytes for array in params.values()) < 16
+    with pytest.raises(ResourceError, match=r"float32\[1048576, 1048576\] .* does not fit"):
+        interpret(graph, params, {"x": np.ones(1, np.float32)})
+
+
+def test_small_constant_of_shape_still_folds() -> None:
+    fill = helper.make_tensor("v", TensorProto.INT64, [1], [7])
+    shape = helper.make_tensor("s", TensorProto.INT64, [2], [2, 3])
+    model = graph_model(
+        [helper.make_node("ConstantOfShape", ["s"], ["c"], value=fill),
+         helper.make_node("Add", ["x", "c"], ["y"])],
+        [_tensor("x", [2, 3], TensorProto.INT64)], [_tensor("y", None)],
+        initializers=[shape], opset=17,
+    )  # fmt: skip
+    graph, params = from_onnx(model)
+    assert [node.op for node in graph.nodes] == ["add"]
+    x = np.arange(6).reshape(2, 3)
+    np.testing.assert_array_equal(interpret(graph, params, {"x": x})["y"], x + 7)
+
+
+def test_a_range_too_large_to_compute_at_import_is_refused() -> None:
+    scalars = [
+        helper.make_tensor(n, TensorProto.FLOAT, [], [v])
+        for n, v in [("a", 0.0), ("b", 1e12), ("d", 1.0)]
+    ]
+    model = graph_model(
+        [helper.make_node("Range", ["a", "b", "d"], ["y"])], [], [_tensor("y", None)],
+        initializers=scalars, opset=17,
+    )  # fmt: skip
+    with pytest.raises(ModelLoadError, match=r"a range of \d{12} elements; Ember computes Range at import"):
+        from_onnx(model)

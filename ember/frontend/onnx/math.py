@@ -29,6 +29,7 @@ from ember.graph.ops.attrs import (
     HardSigmoidAttrs,
     ReshapeAttrs,
     SeluAttrs,
+    ShapeAttrs,
 )
 from ember.graph.ops.math import broadcast_shapes
 
@@ -279,7 +280,8 @@ def convert_dropout(ctx: ConversionContext, node: OnnxNode) -> Sequence[Value | 
     if node.num_outputs > 1:
         # The mask is bool from opset 10; before, it had the input's type.
         mask_dtype = "bool" if ctx.opset >= 10 else x.dtype
-        mask = ctx.builder.constant(np.ones(x.shape, dtype=mask_dtype))
+        true = ctx.builder.constant(np.ones((), dtype=mask_dtype))
+        mask = ctx.builder.add("broadcast_to", [true], ShapeAttrs(x.shape), f"{node.name}:mask")
     return [x, mask]
 
 

@@ -33,6 +33,7 @@ from ember.graph.ops.attrs import (
     TransposeAttrs,
 )
 from ember.graph.ops.math import broadcast_shapes
+from ember.graph.passes.fold_constants import MAX_GROWN_BYTES
 
 
 def normalize_axis(node: OnnxNode, axis: int, rank: int) -> int:
@@ -164,7 +165,10 @@ def convert_constant_of_shape(ctx: ConversionContext, node: OnnxNode) -> list[Va
         raise ShapeError(f"{node.where}: shape {shape} has a negative dimension")
     fill = np.asarray(node.attr("value", np.zeros(1, dtype=np.float32)))
     fill = single_value(node, fill, "the fill value")
-    return [ctx.builder.constant(np.full(shape, fill, dtype=fill.dtype))]
+    # A broadcast node: it folds to a param when small (`worth_folding`); a huge one
+    # stays a node instead of being allocated here.
+    scalar = ctx.builder.constant(np.asarray(fill, dtype=fill.dtype).reshape(()))
+    return [ctx.builder.add("broadcast_to", [scalar], ShapeAttrs(tuple(shape)), node.name)]
 
 
 @converter("Range")
@@ -182,6 +186,11 @@ def convert_range(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
             f"{delta.item()} do not make a finite range"
         )
     count = max(math.ceil(length), 0)
+    if count * start.dtype.itemsize > MAX_GROWN_BYTES:
+        raise ModelLoadError(
+            f"{node.where}: a range of {count} elements; Ember computes Range at import, "
+            f"up to {MAX_GROWN_BYTES >> 20} MiB"
+        )
     values = start.item() + delta.item() * np.arange(count)
     return [ctx.builder.constant(values.astype(start.dtype))]
 

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from ember.errors import GraphError
 from ember.graph.ir import Graph, Node, Params, TensorType, Value, prune_params
 from ember.graph.ops import evaluate
+
+# A folded result is a param: held in memory at import, stored in the artifact. Results
+# up to this size fold whatever their inputs; larger ones only when they are at most
+# `_MAX_GROWTH` times their inputs (a dequantized int8 weight, a transposed one), so an
+# Expand or a ConstantOfShape to a huge shape stays a node computed at run time.
+MAX_GROWN_BYTES = 16 << 20
+_MAX_GROWTH = 4
+
+
+def worth_folding(inputs: Sequence[np.ndarray], outputs: Sequence[TensorType]) -> bool:
+    """Whether a node with constant `inputs` should become params of its `outputs`."""
+    made = sum(output.nbytes for output in outputs)
+    return made <= max(MAX_GROWN_BYTES, _MAX_GROWTH * sum(array.nbytes for array in inputs))
 
 
 def fold_constants(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, Params]:
@@ -20,7 +33,7 @@ def fold_constants(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Grap
     reduction over nothing to its identity). No kernel ever runs on an empty tensor.
 
     Pre: `params` holds an array for every param of `graph`.
-    Post: no node reads only params (so a node without inputs is folded too); each
+    Post: no node reads only params but those `worth_folding` declines; each
     folded output keeps its name and type and becomes a param, so readers and graph
     outputs are unchanged; params nothing reads any more are dropped. The inputs are
     not modified; results are computed with the ops' reference implementations, so
@@ -40,7 +53,9 @@ def fold_constants(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Grap
     for node in graph.nodes:
         if all(value.type.size == 0 for value in node.outputs):
             results = tuple(np.empty(value.shape, value.dtype) for value in node.outputs)
-        elif all(value.name in arrays for value in node.inputs):
+        elif all(value.name in arrays for value in node.inputs) and worth_folding(
+            [arrays[v.name] for v in node.inputs], [v.type for v in node.outputs]
+        ):
             results = evaluate(node.op, [arrays[v.name] for v in node.inputs], node.attrs)
         else:
             kept.append(node)
