@@ -26,6 +26,7 @@ from ember.graph.ops.attrs import (
     LrnAttrs,
 )
 from ember.graph.ops.layout import parse_data_layout
+from ember.graph.ops.nn import lrn_window
 from ember.te import Expr, Tensor, call, compute, reduce_axis, reduce_max, reduce_sum, select
 from ember.topi.common import BROADCAST, Declaration, all_of, axis_names, broadcast_read, typed
 from ember.topi.reduce import reduce_over, reduced_index
@@ -164,9 +165,8 @@ def _lrn(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType]) 
     assert isinstance(attrs, LrnAttrs)
     x = inputs[0]
     channels = x.shape[1]
-    before = (attrs.size - 1) // 2
-    after = attrs.size - 1 - before
-    window = reduce_axis(attrs.size, "rc")
+    before, after = lrn_window(attrs.size, channels)
+    window = reduce_axis(before + after + 1, "rc")
     names = axis_names(x.ndim)
 
     def square_sum(*ax: Expr) -> Expr:

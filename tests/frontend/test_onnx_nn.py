@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
-from onnx_models import check_one_node, one_node_model, onnx_model
+from onnx import helper, numpy_helper
+from onnx_models import check_one_node, graph_model, one_node_model, onnx_model
 
 from ember.errors import UnsupportedOperatorError
 from ember.frontend import from_onnx
-from ember.testing.oracle import check_against_onnxruntime
+from ember.testing.oracle import check_against_onnxruntime, run_onnxruntime
 
 RNG = np.random.default_rng(11)
 
@@ -244,6 +244,32 @@ def test_lrn() -> None:
     check_one_node("LRN", _random(2, 6, 3, 3), 13, size=3, alpha=1e-3, beta=0.5, bias=2.0)
 
 
+@pytest.mark.parametrize("size", [4, 2**31 - 1, 2**62 + 1])
+def test_lrn_windows_wider_than_the_channels(size: int) -> None:
+    """A window past every channel reads only zeros there, so it is cut at the channels
+    (issue 18: a size of 2**31 made the interpreter pad by gigabytes). ONNX Runtime takes
+    odd sizes only, and allocates the window: it checks the same sum with size 9 (every
+    channel of 5) and alpha scaled to keep alpha / size. Compiled, the same."""
+    import ember
+    from ember.graph import interpret
+
+    x = _random(1, 5, 2, 2)
+    model = one_node_model("LRN", x, 13, size=size, alpha=1e-1, beta=0.75, bias=1.0)
+    graph, params = from_onnx(model)
+    (ours,) = interpret(graph, params, {"x": x}).values()
+    alpha = 1e-1 * 9 / size if size > 9 else 1e-1
+    peer = one_node_model("LRN", x, 13, size=9 if size > 9 else 5, alpha=alpha, beta=0.75)
+    if size == 4:  # channels c-1 .. c+2
+        squares = np.pad(x.astype(np.float64) ** 2, [(0, 0), (1, 2), (0, 0), (0, 0)])
+        window = sum(squares[:, i : i + 5] for i in range(4))
+        np.testing.assert_allclose(ours, x / (1 + 1e-1 / 4 * window) ** 0.75, rtol=1e-6)
+    else:
+        (theirs,) = run_onnxruntime(peer, {"x": x}).values()
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    (compiled,) = ember.build(graph, "llvm", params).load()(x=x).values()
+    np.testing.assert_allclose(compiled, ours, rtol=1e-5, atol=1e-6)
+
+
 # -- Gemm / MatMul ----------------------------------------------------------------------
 
 
@@ -374,6 +400,32 @@ def test_resize_unsupported_forms() -> None:
     with pytest.raises(UnsupportedOperatorError) as info:
         from_onnx(model)
     assert "input #2 (scales) must be a constant" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("scale", "error"),
+    [
+        (float("nan"), "need one positive, finite float32 entry per axis"),
+        (float("inf"), "need one positive, finite float32 entry per axis"),
+        (1e12, "exceed 1048576 on some axis"),
+        (3e38, "longer than float32 counts"),
+    ],
+)
+def test_resize_absurd_scales_are_refused(scale: float, error: str) -> None:
+    """Issue 18: NaN and infinite scales raised ValueError / OverflowError, and 1e12 hung
+    computing 4e12 source coordinates one by one."""
+    from ember.errors import EmberError
+
+    scales = numpy_helper.from_array(np.array([1, 1, scale, 1], np.float32), "scales")
+    model = graph_model(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], name="n")],
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1, 4, 4])],
+        [helper.make_value_info("y", onnx.TypeProto())],
+        [scales],
+        opset=13,
+    )
+    with pytest.raises(EmberError, match=error):
+        from_onnx(model)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear"])

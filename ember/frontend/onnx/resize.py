@@ -16,7 +16,7 @@ from ember.frontend.onnx.registry import ConversionContext, OnnxNode, converter,
 from ember.frontend.onnx.tensor import normalize_axes
 from ember.graph.ir import Value
 from ember.graph.ops.attrs import ResizeAttrs
-from ember.graph.ops.resize import COORDINATE_TRANSFORMS, NEAREST_MODES
+from ember.graph.ops.resize import COORDINATE_TRANSFORMS, MAX_LENGTH, NEAREST_MODES
 
 _F32 = np.float32
 
@@ -36,12 +36,19 @@ def _mode(node: OnnxNode) -> str:
 def _sizes_from_scales(
     node: OnnxNode, shape: Sequence[int], scales: Sequence[float]
 ) -> tuple[int, ...]:
-    if len(scales) != len(shape) or any(s <= 0 for s in scales):
+    if len(scales) != len(shape) or not all(0 < _F32(s) < np.inf for s in scales):
         raise ModelLoadError(
-            f"{node.where}: scales {list(scales)} need one positive entry per axis of "
-            f"the rank-{len(shape)} input"
+            f"{node.where}: scales {list(scales)} need one positive, finite float32 entry "
+            f"per axis of the rank-{len(shape)} input"
         )
-    return tuple(int(np.floor(_F32(d) * _F32(s))) for d, s in zip(shape, scales, strict=True))
+    with np.errstate(over="ignore"):
+        lengths = [np.floor(_F32(d) * _F32(s)) for d, s in zip(shape, scales, strict=True)]
+    if not all(np.isfinite(lengths)):
+        raise ModelLoadError(
+            f"{node.where}: scales {list(scales)} make an axis longer than float32 counts "
+            f"(Ember resizes axes up to {MAX_LENGTH} elements)"
+        )
+    return tuple(int(length) for length in lengths)
 
 
 def _legacy_nearest_mode(node: OnnxNode, scales: Sequence[float]) -> str:

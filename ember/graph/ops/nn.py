@@ -8,7 +8,6 @@ is compared against them within the test tolerances.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -228,14 +227,21 @@ def _lrn_infer(inputs: Sequence[TensorType], attrs: LrnAttrs) -> tuple[TensorTyp
     return (x,)
 
 
+def lrn_window(size: int, channels: int) -> tuple[int, int]:
+    """How many channels before and after channel c its sum of squares reads: c -
+    floor((size-1)/2) .. c + ceil((size-1)/2), each side cut at channels - 1 (beyond, it
+    reads only the zero padding; a `size` of 2**62 is legal ONNX)."""
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    return min(before, max(channels - 1, 0)), min(after, max(channels - 1, 0))
+
+
 def _lrn_reference(inputs: Sequence[np.ndarray], attrs: LrnAttrs) -> tuple[np.ndarray, ...]:
     (x,) = inputs
     wide = x.astype(np.float64)
-    # Channel c sums the squares of channels c - floor((size-1)/2) .. c + ceil((size-1)/2).
-    before, after = (attrs.size - 1) // 2, math.ceil((attrs.size - 1) / 2)
-    squares = np.pad(np.square(wide), [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
     channels = x.shape[1]
-    sums = sum(squares[:, offset : offset + channels] for offset in range(attrs.size))
+    before, after = lrn_window(attrs.size, channels)
+    squares = np.pad(np.square(wide), [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+    sums = sum(squares[:, offset : offset + channels] for offset in range(before + after + 1))
     result = wide / (attrs.bias + attrs.alpha / attrs.size * sums) ** attrs.beta
     return (result.astype(x.dtype),)
 

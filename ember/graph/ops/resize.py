@@ -28,6 +28,9 @@ from ember.graph.ops.attrs import ResizeAttrs
 from ember.graph.ops.registry import OpDef, OpPattern, register_op
 
 HALF = Fraction(1, 2)
+# The longest output axis a resize may have: its coordinates are computed one by one
+# with fractions (~10 us each), at import and at build.
+MAX_LENGTH = 1 << 20
 
 # Source coordinate of output index x: (x, scale, input length, output length).
 CoordinateTransform = Callable[[int, Fraction, int, int], Fraction]
@@ -130,8 +133,13 @@ def _resize_infer(inputs: Sequence[TensorType], attrs: ResizeAttrs) -> tuple[Ten
     checks = [
         (len(attrs.sizes) == data.ndim, f"sizes {attrs.sizes} need one entry per axis"),
         (len(attrs.scales) == data.ndim, f"scales {attrs.scales} need one entry per axis"),
-        (all(s > 0 for s in attrs.scales), f"scales {attrs.scales} must be positive"),
+        (all(0 < s < math.inf for s in attrs.scales), f"scales {attrs.scales} must be positive"),
         (all(s >= 1 for s in attrs.sizes), f"sizes {attrs.sizes} must be >= 1"),
+        (
+            all(s <= MAX_LENGTH for s in attrs.sizes),
+            f"sizes {attrs.sizes} exceed {MAX_LENGTH} on some axis (Ember computes each "
+            "axis's source coordinates exactly, ahead of time)",
+        ),
         (attrs.mode in MODES, f"mode {attrs.mode!r} is not one of {', '.join(MODES)}"),
         (
             attrs.coordinate_transformation_mode in COORDINATE_TRANSFORMS,
