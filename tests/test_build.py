@@ -553,6 +553,7 @@ EMPTY_CASES = {
     "max pool of no batches": _empty_case("MaxPool", [[0, 2, 4, 4]], kernel_shape=[2, 2]),
     "max over an empty axis": _empty_case("ReduceMax", [[2, 0]], keepdims=1),
     "sum of nothing": _empty_case("ReduceSum", [[0, 4]], keepdims=0),
+    "mean of nothing": _empty_case("ReduceMean", [[2, 0, 4]], axes=[1], keepdims=0),
     "softmax of no rows": _empty_case("Softmax", [[0, 4]]),
 }
 
@@ -605,3 +606,61 @@ def test_run_time_indices_out_of_range_fail_the_run() -> None:
         message = f"gather node 'pick': index {max(bad, key=abs)} .* out of range .* size 2"
         with pytest.raises(ExecutionError, match=message):
             module(x=x, j=j)
+
+
+def test_an_average_pool_over_a_huge_axis_builds() -> None:
+    """Counting each window's taps in Python (to find a constant divisor) never ended
+    for an axis of 2**31 (issue 18, the fuzzer); beyond 2**16 windows the divisor is
+    computed per window."""
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    graph, params = onnx_graph(
+        [node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2**31, 2])], ["y"]
+    )
+    library = ember.build(graph, "llvm", params)
+    assert library.so_path.exists()
+
+
+def test_an_output_listed_twice_is_computed_twice() -> None:
+    """Issue 18 (the fuzzer): the same graph output twice raised GraphError ("defined
+    twice") at import."""
+    model = onnx_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        ["y", "y"],
+    )
+    from ember.frontend import from_onnx
+    from ember.testing.oracle import run_onnxruntime
+
+    graph, params = from_onnx(model)
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    module = ember.build(graph, "llvm", params).load()
+    module.set_input("x", x)
+    module.run()
+    (want,) = run_onnxruntime(model, {"x": x}).values()  # one name, one entry
+    for index in range(2):
+        np.testing.assert_array_equal(module.get_output(index), want)
+
+
+def test_batch_norm_statistics_fed_at_run_time_build() -> None:
+    """Issue 18 (the fuzzer): a variance fed as a graph input failed the build with
+    GraphError from fold_batch_norm; the batch norm stays a kernel."""
+    constants = [
+        helper.make_tensor(name, TensorProto.FLOAT, [3], [0.5, 1.0, 2.0])
+        for name in ("scale", "bias", "mean")
+    ]
+    node = helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"])
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4]),
+        helper.make_tensor_value_info("var", TensorProto.FLOAT, [3]),
+    ]
+    from ember.frontend import from_onnx
+
+    model = onnx_model([node], inputs, ["y"])
+    model.graph.initializer.extend(constants)
+    graph, params = from_onnx(model)
+    feeds = {
+        "x": np.random.default_rng(0).standard_normal((1, 3, 4, 4)).astype(np.float32),
+        "var": np.array([1.0, 0.5, 2.0], np.float32),
+    }
+    got = ember.build(graph, "llvm", params).load()(**feeds)["y"]
+    np.testing.assert_allclose(got, interpret(graph, params, feeds)["y"], rtol=RTOL, atol=ATOL)

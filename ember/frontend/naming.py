@@ -20,13 +20,19 @@ def build_with_output_names(
     builder.fold_constants = False  # an identity of a constant must stay a node
     values: list[Value] = []
     renames: dict[str, str] = {}
+    named: dict[str, Value] = {}  # an output listed twice is the same value twice
     for name, value in outputs:
+        if name in named:
+            values.append(named[name])
+            continue
         if value.name == name:
             values.append(value)
+            named[name] = value
             continue
         if value.name in renames or value.name in input_names or builder.is_constant(value):
             value = builder.add("identity", [value], name=f"{name}_identity")
         renames[value.name] = name
         values.append(value)
+        named[name] = value
     graph, params = builder.build(values)
     return rename_values(graph, renames), params

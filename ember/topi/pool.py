@@ -86,6 +86,11 @@ def _pool_sum_or_max(
     return compute(out_shape, element, name, name, axis_names(len(out_shape)))
 
 
+# Up to this many (window, tap) pairs, `_taps_counted` counts every window's taps to find
+# a constant count; beyond (absurd shapes), it computes the count per window.
+_MAX_COUNTED_TAPS = 1 << 16
+
+
 def _taps_counted(
     attrs: PoolAttrs, axis: int, size: int, out_size: int, position: Expr
 ) -> tuple[int, Expr | None]:
@@ -95,12 +100,15 @@ def _taps_counted(
     begin, end = attrs.padding[axis], attrs.padding[axis + len(attrs.kernel)]
     # The counted region, in padded coordinates.
     low, high = (0, begin + size + end) if attrs.count_include_pad else (begin, begin + size)
-    counts = {
-        sum(1 for t in range(kernel) if low <= o * stride + t * dilation < high)
-        for o in range(out_size)
-    }
-    if len(counts) == 1:
-        return counts.pop(), None
+    always_positive = False  # whether no window lies wholly outside the counted region
+    if out_size * kernel <= _MAX_COUNTED_TAPS:
+        counts = {
+            sum(1 for t in range(kernel) if low <= o * stride + t * dilation < high)
+            for o in range(out_size)
+        }
+        if len(counts) == 1:
+            return counts.pop(), None
+        always_positive = min(counts) > 0
     # Taps t in [0, kernel) with low <= start + t * dilation < high, start = o * stride:
     # from ceil((low - start) / dilation) to floor((high - 1 - start) / dilation).
     start = scaled(position, stride)
@@ -109,12 +117,14 @@ def _taps_counted(
         first = maximum(_floor_div((low + dilation - 1) - start, dilation), 0)
     if (out_size - 1) * stride + (kernel - 1) * dilation >= high:
         last = minimum(_floor_div((high - 1) - start, dilation), kernel - 1)
+    if first is None and last is None:
+        return kernel, None  # every window lies wholly inside
     if first is None:
-        assert last is not None, "a count that varies has a varying end"
+        assert last is not None
         count = last + 1
     else:
         count = kernel - first if last is None else last - first + 1
-    return 0, count if min(counts) > 0 else maximum(count, 0)
+    return 0, count if always_positive else maximum(count, 0)
 
 
 def _floor_div(value: Expr, divisor: int) -> Expr:

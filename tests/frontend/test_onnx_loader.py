@@ -588,5 +588,78 @@ def test_a_range_too_large_to_compute_at_import_is_refused() -> None:
         [helper.make_node("Range", ["a", "b", "d"], ["y"])], [], [_tensor("y", None)],
         initializers=scalars, opset=17,
     )  # fmt: skip
-    with pytest.raises(ModelLoadError, match=r"a range of \d{12} elements; Ember computes Range at import"):
+    with pytest.raises(
+        ModelLoadError, match=r"a range of \d{12} elements; Ember computes Range at import"
+    ):
+        from_onnx(model)
+
+
+# -- found by the fuzzer (python -m ember.testing.fuzz) ------------------------------
+
+
+def test_opset_versions_beyond_32_bits_and_repeated_domains_are_refused() -> None:
+    model = _relu_model()
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 2**40))
+    with pytest.raises(ModelLoadError, match=r"opset 1099511627776 of domain 'com\.microsoft'"):
+        from_onnx(model)  # onnx's checker raised TypeError binding it to a C int
+    model = _relu_model()
+    model.opset_import.extend([helper.make_opsetid("com.microsoft", 1)] * 2)
+    with pytest.raises(ModelLoadError, match=r"imports domain 'com\.microsoft' 2 times"):
+        from_onnx(model)
+
+
+@pytest.mark.parametrize(
+    ("op_type", "attribute", "value"),
+    [
+        ("Gemm", "alpha", float("inf")),  # scaled B: inf * 0 gave NaN where ORT gives inf
+        ("LeakyRelu", "alpha", float("nan")),
+        ("BatchNormalization", "epsilon", float("inf")),
+    ],
+)
+def test_float_attributes_must_be_finite(op_type: str, attribute: str, value: float) -> None:
+    inputs = {"Gemm": ["x", "x"], "LeakyRelu": ["x"]}.get(op_type, ["x", "c", "c", "c", "c"])
+    model = graph_model(
+        [helper.make_node(op_type, inputs, ["y"], **{attribute: value})],
+        [_tensor("x", [3, 3])] if op_type != "BatchNormalization" else [_tensor("x", [1, 3])],
+        [_tensor("y", None)],
+        initializers=[helper.make_tensor("c", TensorProto.FLOAT, [3], [1.0, 1.0, 1.0])],
+    )
+    with pytest.raises(ModelLoadError, match=f"attribute '{attribute}' is {value}; it must be"):
+        from_onnx(model)
+
+
+def test_a_nan_clip_bound_bounds_nothing_as_in_onnx_runtime() -> None:
+    """The interpreter propagated the NaN and the compiled code dropped it (fmaxf);
+    ONNX Runtime ignores a NaN bound, and so does Ember now."""
+    bounds = [helper.make_tensor("lo", TensorProto.FLOAT, [], [-0.5]),
+              helper.make_tensor("hi", TensorProto.FLOAT, [], [float("nan")])]  # fmt: skip
+    model = graph_model(
+        [helper.make_node("Clip", ["x", "lo", "hi"], ["y"])],
+        [_tensor("x", [2, 4])], [_tensor("y", [2, 4])], initializers=bounds,
+    )  # fmt: skip
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    ours = check_against_onnxruntime(model, {"x": x})
+    np.testing.assert_array_equal(ours["y"], np.maximum(x, -0.5))
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.5, float("inf"), float("nan")])
+def test_quantization_scales_must_be_positive_and_finite(scale: float) -> None:
+    constants = [helper.make_tensor("s", TensorProto.FLOAT, [], [scale]),
+                 helper.make_tensor("z", TensorProto.UINT8, [], [128])]  # fmt: skip
+    model = graph_model(
+        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="q")],
+        [_tensor("x", [4])], [_tensor("y", None)], initializers=constants,
+    )  # fmt: skip
+    with pytest.raises(ModelLoadError, match=f"node 'q' .*: scale {scale} is not a positive"):
+        from_onnx(model)
+
+
+def test_batch_norm_statistics_must_be_finite() -> None:
+    stats = [helper.make_tensor(n, TensorProto.FLOAT, [2], [1.0, 1.0]) for n in "bmv"]
+    stats.append(helper.make_tensor("s", TensorProto.FLOAT, [2], [1.0, float("-inf")]))
+    model = graph_model(
+        [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])],
+        [_tensor("x", [1, 2, 3])], [_tensor("y", None)], initializers=stats,
+    )  # fmt: skip
+    with pytest.raises(ModelLoadError, match="the scale holds -inf"):
         from_onnx(model)

@@ -186,7 +186,22 @@ def _graph_name(graph: onnx.GraphProto) -> str:
 
 
 def default_opset(proto: onnx.ModelProto) -> int:
-    """The model's opset for the default ONNX domain, checked against Ember's range."""
+    """The model's opset for the default ONNX domain, checked against Ember's range,
+    after every opset_import entry is checked: each domain once, a version in
+    1 .. 2**31 - 1 (ONNX's checker stores them as C ints)."""
+    domains = Counter("" if e.domain in DEFAULT_DOMAINS else e.domain for e in proto.opset_import)
+    for entry in proto.opset_import:
+        if not 1 <= entry.version < 2**31:
+            raise ModelLoadError(
+                f"the model imports opset {entry.version} of domain {entry.domain or 'ai.onnx'!r}; "
+                "opset versions are positive 32-bit integers: re-export the model"
+            )
+    repeated = [domain for domain, count in domains.items() if count > 1 and domain]
+    if repeated:
+        raise ModelLoadError(
+            f"the model imports domain {repeated[0]!r} {domains[repeated[0]]} times; a model "
+            "imports each domain once. Keep one opset_import entry for it"
+        )
     versions = [entry.version for entry in proto.opset_import if entry.domain in DEFAULT_DOMAINS]
     if not versions:
         raise ModelLoadError(

@@ -176,8 +176,8 @@ def convert_clip(ctx: ConversionContext, node: OnnxNode) -> Sequence[Value | Non
     """Before opset 11 the bounds are attributes; from 11 optional scalar inputs."""
     x = node.input(0)
     if ctx.opset < 11:
-        low: float | None = node.float_attr("min", -np.inf)
-        high: float | None = node.float_attr("max", np.inf)
+        low: float | None = node.float_attr("min", -np.inf, infinite=True)
+        high: float | None = node.float_attr("max", np.inf, infinite=True)
         return [_clip_constant(ctx, node, x, low, high)]
     bounds = [node.optional_input(1), node.optional_input(2)]
     arrays = [ctx.constant(b) for b in bounds]
@@ -200,8 +200,9 @@ def convert_clip(ctx: ConversionContext, node: OnnxNode) -> Sequence[Value | Non
 def _clip_constant(
     ctx: ConversionContext, node: OnnxNode, x: Value, low: float | None, high: float | None
 ) -> Value:
-    low = None if low is None or low == -np.inf else low
-    high = None if high is None or high == np.inf else high
+    # A NaN bound bounds nothing, as in ONNX Runtime (NaN fails every comparison).
+    low = None if low is None or low == -np.inf or np.isnan(low) else low
+    high = None if high is None or high == np.inf or np.isnan(high) else high
     if low is None and high is None:
         return x
     return ctx.builder.add("clip", [x], ClipAttrs(low, high), name=node.name)

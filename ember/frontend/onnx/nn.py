@@ -264,6 +264,15 @@ def convert_batch_norm(ctx: ConversionContext, node: OnnxNode) -> list[Value | N
             "supported; Ember imports inference graphs (export the model in eval mode)"
         )
     inputs = [node.input(i) for i in range(5)]
+    for value, what in zip(inputs[1:], ("scale", "bias", "mean", "variance"), strict=True):
+        # Folded into the conv before it, an infinite statistic moves NaNs around
+        # (inf * 0 in other elements); no trained network has one.
+        array = ctx.constant(value)
+        if array is not None and not np.all(np.isfinite(array)):
+            raise ModelLoadError(
+                f"{node.where}: the {what} holds {array[~np.isfinite(array)].flat[0]}; batch "
+                "norm statistics must be finite numbers"
+            )
     attrs = BatchNormAttrs(epsilon=node.float_attr("epsilon", 1e-5), axis=1)
     return [ctx.builder.add("batch_norm", inputs, attrs, node.name)]
 

@@ -39,7 +39,15 @@ def _broadcast(
     ctx: ConversionContext, node: OnnxNode, value: Value, data: Value, axis: int | None, what: str
 ) -> Value:
     """`value` (a scale or zero point) shaped to broadcast against `data`: a scalar as
-    it is, a vector along `axis`."""
+    it is, a vector along `axis`. A constant scale must be positive and finite: with
+    0, inf or NaN quantization divides by nothing and implementations disagree."""
+    scales = ctx.constant(value) if what.endswith("scale") else None
+    if scales is not None and not (np.all(scales > 0) and np.all(np.isfinite(scales))):
+        bad = scales[~((scales > 0) & np.isfinite(scales))].flat[0]
+        raise ModelLoadError(
+            f"{node.where}: {what} {bad} is not a positive finite number; a quantization "
+            "scale is the step between two integers: re-quantize the model"
+        )
     if value.type.size == 1:
         return reshape_to(ctx, value, (), f"{node.name}_{what}_scalar") if value.shape else value
     if axis is None or value.type.ndim != 1 or value.shape[0] != data.shape[axis]:

@@ -9,6 +9,7 @@ sizes, Clip's bounds in newer opsets) are read.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -63,12 +64,18 @@ class OnnxNode:
             )
         return bool(value)
 
-    def float_attr(self, name: str, default: float) -> float:
+    def float_attr(self, name: str, default: float, infinite: bool = False) -> float:
+        """A float attribute: a number, never NaN, and finite unless `infinite` (a
+        bound such as Clip's). An alpha or epsilon of inf or NaN is no model's intent,
+        and implementations disagree on what it computes."""
         value = self.attr(name, default)
         if not isinstance(value, float | int | np.floating | np.integer):
             raise ModelLoadError(
                 f"{self.where}: attribute {name!r} must be a number, got {value!r}"
             )
+        if math.isnan(value) or (math.isinf(value) and not infinite):
+            kind = "a number" if infinite else "a finite number"
+            raise ModelLoadError(f"{self.where}: attribute {name!r} is {value}; it must be {kind}")
         return float(value)
 
     def input(self, index: int) -> Value:

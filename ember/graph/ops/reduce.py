@@ -7,6 +7,7 @@ Runtime are compared against with a tolerance.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -64,6 +65,14 @@ def _log_sum_exp(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.nda
     return result if keepdims else np.squeeze(result, axis=axes)
 
 
+def _mean(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    # The mean of nothing is 0 here, as in ONNX Runtime (ONNX leaves it undefined;
+    # NumPy says NaN with a warning).
+    total = np.sum(_accumulator(x), axis=axes, keepdims=keepdims)
+    count = math.prod(x.shape[axis] for axis in axes)
+    return total / count if count else total
+
+
 Reducer = Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]
 
 # name -> reference of (input, axes, keepdims); the input is cast by `_accumulator`
@@ -71,7 +80,7 @@ Reducer = Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]
 # exponentials need floating point whatever the input's dtype.
 REDUCERS: dict[str, Reducer] = {
     "reduce_sum": lambda x, axes, keep: np.sum(_accumulator(x), axis=axes, keepdims=keep),
-    "reduce_mean": lambda x, axes, keep: np.mean(_accumulator(x), axis=axes, keepdims=keep),
+    "reduce_mean": _mean,
     "reduce_max": lambda x, axes, keep: np.max(
         x, axis=axes, keepdims=keep, initial=_lowest(x.dtype)
     ),

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember.errors import GraphError
 from ember.graph.ir import Graph, NameSupply, Node, Params, TensorType, Value, prune_params
 from ember.graph.ops.attrs import BatchNormAttrs, ConvAttrs
 from ember.graph.passes.rewrite import make_node
@@ -51,11 +50,13 @@ class _Fold:
 
 
 def fold_batch_norm(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, Params]:
-    """Remove every `batch_norm` node.
+    """Remove every `batch_norm` node whose statistics are constant.
 
-    Pre: the batch norms' scale, bias, mean and variance are params with arrays in
-    `params` (run `fold_constants` first if they are computed).
-    Post: no `batch_norm` node. A batch norm after a conv (any layout, any groups) or
+    Pre: `params` holds the arrays of `graph`'s params (run `fold_constants` first, so
+    that computed statistics are params where they can be).
+    Post: no `batch_norm` node reads only params for its scale, bias, mean and
+    variance (one reading statistics computed at run time stays, and its kernel
+    computes it). A batch norm after a conv (any layout, any groups) or
     a dense whose weight is a param, directly or through a per-channel bias add, is
     folded: the anchor reads a new, scaled weight param and a bias `add` produces the
     batch norm's output value. The anchor's (and bias add's) output must have no other
@@ -64,9 +65,6 @@ def fold_batch_norm(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Gra
     names are kept; params nothing reads any more are dropped; inputs are not modified.
     """
     arrays: Params = {v.name: np.asarray(params[v.name]) for v in graph.params if v.name in params}
-    for node in graph.nodes:
-        if node.op == "batch_norm":
-            _check_statistics(node, arrays)
     folds = _plan_folds(graph, arrays)
     by_anchor = {fold.anchor.output.name: fold for fold in folds.values()}
     bias_adds = {fold.bias_add.output.name for fold in folds.values() if fold.bias_add}
@@ -81,7 +79,7 @@ def fold_batch_norm(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Gra
             nodes.append(emitter.scaled_anchor(by_anchor[key]))
         elif node.op == "batch_norm" and key in folds:
             nodes.append(emitter.folded_bias(folds[key]))
-        elif node.op == "batch_norm":
+        elif node.op == "batch_norm" and _constant_statistics(node, arrays):
             nodes.extend(emitter.multiply_add(node))
         else:
             nodes.append(node)
@@ -89,14 +87,8 @@ def fold_batch_norm(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Gra
     return prune_params(rebuilt, emitter.arrays)
 
 
-def _check_statistics(node: Node, arrays: Mapping[str, np.ndarray]) -> None:
-    computed = [value.name for value in node.inputs[1:] if value.name not in arrays]
-    if computed:
-        raise GraphError(
-            f"fold_batch_norm: batch_norm {node.name!r} reads {', '.join(computed)}, "
-            "computed in the graph, not a param; run fold_constants first so that the "
-            "batch norm statistics are constants"
-        )
+def _constant_statistics(node: Node, arrays: Mapping[str, np.ndarray]) -> bool:
+    return all(value.name in arrays for value in node.inputs[1:])
 
 
 def _plan_folds(graph: Graph, arrays: Mapping[str, np.ndarray]) -> dict[str, _Fold]:
@@ -109,7 +101,7 @@ def _plan_folds(graph: Graph, arrays: Mapping[str, np.ndarray]) -> dict[str, _Fo
         readers[value.name].append(None)  # None stands for "read as a graph output"
     folds: dict[str, _Fold] = {}
     for node in graph.nodes:
-        if node.op == "batch_norm":
+        if node.op == "batch_norm" and _constant_statistics(node, arrays):
             fold = _fold_for(node, producers, readers, arrays)
             if fold is not None:
                 folds[node.output.name] = fold
