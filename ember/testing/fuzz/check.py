@@ -1,0 +1,176 @@
+"""The check of one case, run in the helper process: import, verify, interpret, ONNX
+Runtime, build and run, and the comparison of outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import onnx.parser
+
+from ember.build import build
+from ember.frontend import from_onnx
+from ember.graph import Graph, interpret, verify
+from ember.testing.fuzz.mutations import Case
+from ember.testing.oracle import run_onnxruntime
+
+# Larger graphs are imported and built but not run: random data for them, and their
+# interpretation, would cost more time and memory than the case is worth.
+MAX_RUN_BYTES = 256 * 2**20
+MAX_VALUE_BYTES = 64 * 2**20
+RTOL, ATOL, FLOAT16_TOLERANCE = 1e-4, 1e-5, 4e-3
+
+
+@dataclass(slots=True)
+class StageLog:
+    """How far a check got: the stage an exception escapes from, and what it compared."""
+
+    stage: str = "start"
+    checked: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A check's answer when it raised nothing: "ok", "mismatch_ort" or
+    "mismatch_compiled", with what disagreed (kind: names, shape, dtype or values) in
+    the output of which op (location)."""
+
+    outcome: str = "ok"
+    kind: str = ""
+    location: str = ""
+    message: str = ""
+
+
+CheckFunction = Callable[[Case, StageLog], Verdict]
+
+
+def check_case(case: Case, log: StageLog) -> Verdict:
+    """Import, verify, interpret, ONNX Runtime, build and run; see the module docstring.
+    Raises what Ember raises; the runner classifies it by `log.stage`."""
+    log.stage = "import"
+    graph, params = from_onnx(
+        case.model, shapes=fixed_shapes(case.model) if case.fix_shapes else None
+    )
+    verify(graph, params)
+    log.checked.append("import")
+    runnable = _run_bytes(graph) <= MAX_RUN_BYTES
+    if runnable:
+        feeds = random_feeds(graph, case.feed_seed)
+        log.stage = "interpret"
+        expected = interpret(graph, params, feeds)
+        log.checked.append("interpreter")
+        log.stage = "onnxruntime"
+        theirs = _onnxruntime_outputs(case.model, feeds)
+        if theirs is not None:
+            log.checked.append("onnxruntime")
+            verdict = compare_outputs(graph, expected, theirs, "mismatch_ort")
+            if verdict.outcome != "ok":
+                return verdict
+    if not case.build:
+        return Verdict()
+    log.stage = "build"
+    library = build(graph, "llvm", params=params, progress=False)
+    log.checked.append("build")
+    if not runnable:
+        return Verdict()
+    log.stage = "run"
+    outputs = library.load()(**feeds)
+    log.checked.append("compiled")
+    return compare_outputs(graph, outputs, expected, "mismatch_compiled")
+
+
+def fixed_shapes(model: bytes) -> dict[str, list[int]] | None:
+    """`shapes=` for the graph inputs with symbolic or missing dimensions (set to 2), when
+    the bytes parse and such inputs have a rank; otherwise None."""
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(model)
+    except Exception:
+        return None
+    initializers = {tensor.name for tensor in proto.graph.initializer}
+    shapes = {}
+    for value in proto.graph.input:
+        tensor_type = value.type.tensor_type
+        if value.name in initializers or not tensor_type.HasField("shape"):
+            continue
+        dims = tensor_type.shape.dim
+        if any(d.WhichOneof("value") != "dim_value" for d in dims):
+            shapes[value.name] = [d.dim_value if d.HasField("dim_value") else 2 for d in dims]
+    return shapes or None
+
+
+def _run_bytes(graph: Graph) -> int:
+    sizes = [value.type.nbytes for value in graph.values()]
+    return MAX_RUN_BYTES + 1 if max(sizes, default=0) > MAX_VALUE_BYTES else sum(sizes)
+
+
+def random_feeds(graph: Graph, seed: int) -> dict[str, np.ndarray]:
+    """Inputs for `graph`: normal floats, small non-negative integers (valid indices and
+    counts more often than not), random booleans."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for value in graph.inputs:
+        kind = np.dtype(value.dtype).kind
+        array: np.ndarray
+        if kind == "f":
+            array = rng.standard_normal(value.shape)
+        elif kind == "b":
+            array = rng.random(value.shape) < 0.5
+        else:
+            array = rng.integers(0, 3, value.shape)
+        feeds[value.name] = array.astype(value.dtype)
+    return feeds
+
+
+def _onnxruntime_outputs(
+    model: bytes, feeds: dict[str, np.ndarray]
+) -> dict[str, np.ndarray] | None:
+    """ONNX Runtime's outputs, or None where it refuses the model or the inputs."""
+    try:
+        return run_onnxruntime(model, feeds)
+    except Exception:
+        return None
+
+
+def compare_outputs(
+    graph: Graph, actual: dict[str, np.ndarray], expected: dict[str, np.ndarray], outcome: str
+) -> Verdict:
+    """Same output names, shapes, dtypes; floats within RTOL and ATOL times the largest
+    finite magnitude (at least 1; NaN equals NaN), other types exactly."""
+    if sorted(actual) != sorted(expected):
+        message = f"outputs {sorted(actual)} != {sorted(expected)}"
+        return Verdict(outcome, "names", "graph outputs", message)
+    producers = graph.producers()
+    for name, want in expected.items():
+        got = np.asarray(actual[name])
+        op = producers[name].op if name in producers else "an input or param"
+        problem = difference(got, np.asarray(want))
+        if problem is not None:
+            kind, text = problem
+            return Verdict(outcome, kind, op, f"output {name!r} ({op}): {text}")
+    return Verdict()
+
+
+def difference(got: np.ndarray, want: np.ndarray) -> tuple[str, str] | None:
+    if got.shape != want.shape:
+        return "shape", f"shape {got.shape} != {want.shape}"
+    if got.dtype != want.dtype:
+        return "dtype", f"dtype {got.dtype} != {want.dtype}"
+    if want.dtype.kind not in "fc":
+        if np.array_equal(got, want):
+            return None
+        return "values", f"{np.count_nonzero(got != want)} of {got.size} elements differ"
+    loose = want.dtype.itemsize < 4
+    rtol, atol = (FLOAT16_TOLERANCE, FLOAT16_TOLERANCE) if loose else (RTOL, ATOL)
+    finite = np.abs(want[np.isfinite(want)])
+    scale = max(1.0, float(finite.max())) if finite.size else 1.0
+    if np.allclose(got, want, rtol=rtol, atol=atol * scale, equal_nan=True):
+        return None
+    bad = ~np.isclose(got, want, rtol=rtol, atol=atol * scale, equal_nan=True)
+    where = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), bad.shape))
+    return "values", (
+        f"{np.count_nonzero(bad)} of {bad.size} elements differ; first at {list(where)}: "
+        f"{got[where].item()!r} vs {want[where].item()!r}"
+    )

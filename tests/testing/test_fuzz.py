@@ -1,0 +1,185 @@
+"""The model fuzzer (ember.testing.fuzz): its seed models pass every check today, its
+mutations are deterministic and change the model, its runner classifies what a check
+does (raises, hangs, crashes) and recovers, and a fixed short run finds nothing."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import numpy as np
+import onnx
+import pytest
+
+from ember.errors import ShapeError
+from ember.testing import fuzz
+from ember.testing.fuzz import Case, StageLog, Verdict, check_case, make_case, seed_model
+from ember.testing.fuzz.__main__ import main as fuzz_main
+
+SEEDS = sorted(fuzz.SEED_GRAPHS)
+ALL_CHECKS = ["import", "interpreter", "onnxruntime", "build", "compiled"]
+
+
+@pytest.fixture(autouse=True)
+def _private_build_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> None:
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fuzz-cache"))
+
+
+# -- seed models --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SEEDS)
+def test_each_seed_model_passes_every_check(name: str) -> None:
+    """Imports, interprets like ONNX Runtime, compiles like the interpreter, on a few
+    sets of inputs: a finding on a mutated seed is the mutation's doing."""
+    data = seed_model(name).SerializeToString()
+    for feed_seed in range(3):
+        log = StageLog()
+        assert check_case(Case(0, name, data, (), feed_seed=feed_seed), log) == Verdict()
+        assert log.checked == ALL_CHECKS
+
+
+def test_symbolic_input_dimensions_are_fixed_to_small_values() -> None:
+    model = seed_model("conv_relu")
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    data = model.SerializeToString()
+    assert fuzz.fixed_shapes(data) == {"x": [2, 3, 8, 8]}
+    log = StageLog()
+    assert check_case(Case(0, "conv_relu", data, ()), log) == Verdict()
+    assert log.checked == ALL_CHECKS
+    with pytest.raises(ShapeError, match="batch"):
+        check_case(Case(0, "conv_relu", data, (), fix_shapes=False), StageLog())
+
+
+# -- mutations ----------------------------------------------------------------------------
+
+
+def test_mutations_combine_without_raising() -> None:
+    """A mutation that raises on a model other mutations made is skipped (a long run
+    goes on) and says so in the case's mutations; none should."""
+    for seed in (1, 2):
+        for index in range(2000):
+            mutations = make_case(seed, index).mutations
+            assert not any(" raised " in m for m in mutations), (seed, index, mutations)
+
+
+def test_cases_are_deterministic_and_differ_from_their_seed() -> None:
+    for index in range(300):
+        case = make_case(5, index)
+        assert case == make_case(5, index)
+        assert case.mutations
+        assert case.model != seed_model(case.seed_name).SerializeToString()
+    assert [make_case(5, i).model for i in range(20)] != [make_case(6, i).model for i in range(20)]
+    assert {make_case(5, i).seed_name for i in range(300)} == set(SEEDS)
+
+
+@pytest.mark.parametrize(
+    "mutation", sorted(set(fuzz.MUTATIONS), key=lambda m: m.__name__), ids=lambda m: m.__name__
+)
+def test_every_mutation_applies_to_every_seed(mutation: fuzz.Mutation) -> None:
+    """No mutation raises, whatever the seed; what it makes serializes; and each makes
+    some change to some seed."""
+    changed = 0
+    for name in SEEDS:
+        original = seed_model(name).SerializeToString()
+        for draw in range(5):
+            model = seed_model(name)
+            if mutation(model, random.Random(draw)) is not None:
+                changed += model.SerializeToString() != original
+    assert changed > 0
+
+
+def test_byte_mutations_change_the_bytes() -> None:
+    data = seed_model("gemm").SerializeToString()
+    for draw in range(50):
+        mutated, description = fuzz.mutate_bytes(data, random.Random(draw))
+        assert description.startswith("bytes: ")
+        assert mutated != data or "overwrite" in description  # may write the same byte
+
+
+# -- comparing outputs --------------------------------------------------------------------
+
+
+def test_outputs_compare_by_name_shape_dtype_and_value() -> None:
+    compare = fuzz.difference
+    a = np.asarray([1.0, np.nan, np.inf], np.float32)
+    assert compare(a, a.copy()) is None  # NaN equals NaN
+    assert compare(a + 1e-6, a) is None
+    assert compare(a.astype(np.float64), a)[0] == "dtype"
+    assert compare(a[:2], a)[0] == "shape"
+    assert compare(np.asarray([1.0, 2.0, 3.0], np.float32), a)[0] == "values"
+    assert compare(np.asarray([1, 2]), np.asarray([1, 3]))[0] == "values"  # ints: exact
+    assert compare(np.float32(1e5 + 5), np.float32(1e5)) is None  # rtol 1e-4
+    assert compare(np.float32(1e5 + 50), np.float32(1e5))[0] == "values"
+
+
+# -- the runner ---------------------------------------------------------------------------
+
+
+def fake_check(case: Case, log: StageLog) -> Verdict:
+    """What case `index` does instead of checking a model (in the helper process)."""
+    log.stage = "import"
+    if case.index == 0:
+        raise KeyError("a bug")
+    if case.index == 1:
+        raise ShapeError("a bad model")
+    if case.index == 2:
+        time.sleep(60)
+    if case.index == 3:
+        os.abort()
+    if case.index == 5:
+        log.stage = "interpret"
+        raise ShapeError("a bad model that imported")
+    if case.index == 6:
+        return Verdict("mismatch_compiled", "values", "add", "output 'y' (add): differs")
+    log.checked.append("import")
+    return Verdict()
+
+
+def test_the_runner_classifies_what_a_check_does_and_recovers(tmp_path) -> None:
+    result = fuzz.fuzz(seed=0, cases=8, timeout=2.0, check=fake_check, out=tmp_path)
+    assert result.outcomes == [
+        "bug", "rejected", "hang", "crash", "ok", "internal_error", "mismatch_compiled", "ok",
+    ]  # fmt: skip
+    assert result.rejected_by == {"ShapeError": 1}
+    assert result.checked == {"import": 2}
+    findings = {key[0]: finding.result for key, finding in result.findings.items()}
+    assert set(findings) == {"bug", "hang", "crash", "internal_error", "mismatch_compiled"}
+    assert findings["bug"].error_type == "KeyError"
+    assert findings["bug"].location.startswith("test_fuzz.py:")
+    # The stacks of a hang and a crash come from the helper's faulthandler.
+    assert findings["hang"].location.startswith("test_fuzz.py:")
+    assert "SIGABRT" in findings["crash"].error_type
+    assert findings["crash"].location.startswith("test_fuzz.py:")
+    assert findings["mismatch_compiled"].key == ("mismatch_compiled", "values", "add")
+    written = sorted(path.name for path in tmp_path.iterdir())
+    assert len(written) == 2 * len(findings)
+    text = (tmp_path / "001-bug-KeyError.txt").read_text()
+    assert "replay: python -m ember.testing.fuzz --replay" in text and "KeyError" in text
+    onnx.load(tmp_path / "001-bug-KeyError.onnx")
+
+
+def test_the_command_line_exit_status_says_whether_there_are_findings(capsys) -> None:
+    status = fuzz_main(["--cases", "30", "--seed", "2"])
+    out = capsys.readouterr().out
+    assert "ember fuzz: seed 2, 30 cases" in out
+    assert ("distinct findings: 0" in out) == (status == 0)
+
+
+# -- fuzzing ------------------------------------------------------------------------------
+
+
+def test_a_short_fuzz_run_finds_nothing() -> None:
+    """About a minute of cases; every finding is a bug to fix (the summary says which,
+    and `--out` writes the models: python -m ember.testing.fuzz --cases 3000 --seed 11
+    --out DIR)."""
+    result = fuzz.fuzz(seed=11, cases=3000)
+    assert not result.findings, fuzz.summary(result)
+
+
+@pytest.mark.slow
+def test_a_long_fuzz_run_finds_nothing() -> None:
+    """Ten minutes of cases (40,000 or so), for `make test-all`."""
+    result = fuzz.fuzz(seed=12, minutes=10)
+    assert not result.findings, fuzz.summary(result)
