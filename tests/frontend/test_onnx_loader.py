@@ -663,3 +663,35 @@ def test_batch_norm_statistics_must_be_finite() -> None:
     )  # fmt: skip
     with pytest.raises(ModelLoadError, match="the scale holds -inf"):
         from_onnx(model)
+
+
+def test_an_ir_version_newer_than_onnx_knows_is_refused() -> None:
+    model = _relu_model()
+    model.ir_version = 2**38  # onnx's checker raised TypeError binding it to a C int
+    with pytest.raises(ModelLoadError, match=f"has IR version {2**38}; the installed onnx"):
+        from_onnx(model)
+
+
+@pytest.mark.parametrize("axes", [[float("nan")], [float("inf")], [1.5]])
+def test_integer_operands_written_as_floats_must_be_whole_numbers(axes: list[float]) -> None:
+    """int(NaN) raised ValueError, int(inf) OverflowError, and 1.5 read as 1."""
+    model = graph_model(
+        [helper.make_node("ReduceSum", ["x", "a"], ["y"], name="sum")],
+        [_tensor("x", [2, 3])], [_tensor("y", None)],
+        initializers=[helper.make_tensor("a", TensorProto.DOUBLE, [1], axes)],
+    )  # fmt: skip
+    with pytest.raises(ModelLoadError, match=r"node 'sum' \(ReduceSum\): expected integers"):
+        from_onnx(model)
+
+
+@pytest.mark.parametrize("op_type", ["Sub", "Div", "Add", "Max"])
+def test_arithmetic_on_bool_tensors_is_refused(op_type: str) -> None:
+    """Sub raised NumPy's TypeError, Div disagreed between the interpreter and the
+    compiled module; ONNX's arithmetic takes numbers only."""
+    model = graph_model(
+        [helper.make_node(op_type, ["a", "b"], ["y"])],
+        [_tensor("a", [3], TensorProto.BOOL), _tensor("b", [3], TensorProto.BOOL)],
+        [_tensor("y", None)],
+    )
+    with pytest.raises(ShapeError, match="does not take bool tensors"):
+        from_onnx(model)

@@ -143,6 +143,12 @@ def read_model(model: ModelSource) -> onnx.ModelProto:
             f"{origin} does not look like an ONNX model (it has no IR version or no graph); "
             "check that it is an .onnx file and was written completely"
         )
+    if proto.ir_version > onnx.IR_VERSION:
+        raise ModelLoadError(
+            f"{origin} has IR version {proto.ir_version}; the installed onnx package "
+            f"{onnx.__version__} reads up to {onnx.IR_VERSION}: upgrade onnx, or save the "
+            "model with an older IR version"
+        )
     if base_dir is not None:
         # A no-op unless some tensors live in files beside the model.
         try:

@@ -143,8 +143,14 @@ def single_value(node: OnnxNode, array: np.ndarray, what: str) -> np.ndarray:
 
 
 def int_list(value: object) -> list[int]:
-    """An ints attribute or a constant array as a list of Python ints."""
-    return [int(v) for v in np.asarray(value).reshape(-1)]
+    """An ints attribute or a constant array as a list of Python ints; a float array
+    must hold whole numbers (the node's converter names the node)."""
+    array = np.asarray(value).reshape(-1)
+    if array.dtype.kind == "f" and not np.all(np.isfinite(array) & (array == np.round(array))):
+        raise ModelLoadError(f"expected integers, got {array.tolist()}")
+    if array.dtype.kind not in "biuf":
+        raise ModelLoadError(f"expected integers, got {array.dtype} values")
+    return [int(v) for v in array]
 
 
 Converter = Callable[[ConversionContext, OnnxNode], Sequence[Value | None]]

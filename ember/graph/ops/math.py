@@ -163,14 +163,26 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
         ) from None
 
 
-def _same_as_input(inputs: Sequence[TensorType], attrs: Attrs) -> tuple[TensorType, ...]:
-    return (inputs[0],)
+# Ops on bool tensors: the logical ones take nothing else; arithmetic takes no bools
+# (NumPy would compute `True - True` in ints, or refuse it, and C in ints again).
+_LOGICAL = frozenset({"logical_not", "logical_and", "logical_or", "logical_xor"})
+_ANY_DTYPE = frozenset({"identity", "equal"})
+
+
+def _check_bools(name: str, inputs: Sequence[TensorType]) -> None:
+    bools = [value.dtype == "bool" for value in inputs]
+    if name in _LOGICAL and not all(bools):
+        raise ShapeError(f"{name} takes bool tensors, got {', '.join(str(v) for v in inputs)}")
+    if name not in _LOGICAL and name not in _ANY_DTYPE and any(bools):
+        raise ShapeError(
+            f"{name} does not take bool tensors (got {', '.join(str(v) for v in inputs)}); "
+            "cast them to a number type first"
+        )
 
 
 def _unary_bool_check(name: str) -> Callable[[Sequence[TensorType], Attrs], tuple[TensorType, ...]]:
     def infer(inputs: Sequence[TensorType], attrs: Attrs) -> tuple[TensorType, ...]:
-        if name == "logical_not" and inputs[0].dtype != "bool":
-            raise ShapeError(f"logical_not needs a bool input, got {inputs[0].dtype}")
+        _check_bools(name, inputs)
         return (inputs[0],)
 
     return infer
@@ -181,6 +193,7 @@ def _binary_infer(
 ) -> Callable[[Sequence[TensorType], Attrs], tuple[TensorType, ...]]:
     def infer(inputs: Sequence[TensorType], attrs: Attrs) -> tuple[TensorType, ...]:
         lhs, rhs = inputs
+        _check_bools(name, inputs)
         if lhs.dtype != rhs.dtype and name not in _MIXED_DTYPE_OK:
             raise ShapeError(f"{name}: operand dtypes differ ({lhs.dtype} vs {rhs.dtype})")
         shape = broadcast_shapes(lhs.shape, rhs.shape)
@@ -229,7 +242,7 @@ def _register_all() -> None:
             OpDef(
                 name,
                 OpPattern.ELEMWISE,
-                _same_as_input,
+                _unary_bool_check(name),
                 _apply_unary_with_attrs(fn_attrs),
                 attrs_type=attrs_type,
             )
