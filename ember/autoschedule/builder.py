@@ -39,12 +39,17 @@ import weakref
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from multiprocessing.connection import wait
 from pathlib import Path
 
 from ember.autoschedule.measure import ArgSpec, BuildResult, MeasureInput
 from ember.autoschedule.records import ErrorKind
-from ember.autoschedule.worker import START_TIMEOUT, Worker, WorkerCrashed, WorkerTimedOut
+from ember.autoschedule.worker import (
+    START_TIMEOUT,
+    Worker,
+    WorkerCrashed,
+    WorkerTimedOut,
+    wait_for_any,
+)
 from ember.backend import compile_kernel
 from ember.device import host_cpu_count
 from ember.errors import CompileError, EmberError, TargetError, ToolchainError
@@ -191,7 +196,7 @@ class LocalBuilder:
         now = time.monotonic()
         deadline = min((start + self.timeout for _, start in running.values()), default=None)
         wait_for = START_TIMEOUT if deadline is None else max(0.0, deadline - now)
-        ready = wait([worker.connection for worker in self._pool.workers], wait_for)
+        ready = wait_for_any([worker.connection for worker in self._pool.workers], wait_for)
         for worker in self._pool.starting():
             if worker.connection in ready:
                 worker.wait_ready(0)

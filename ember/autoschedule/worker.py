@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,22 @@ from ember.errors import EmberError
 # Importing Ember and NumPy takes well under a second; a loaded machine needs more.
 START_TIMEOUT = 120.0
 _READY = "ready"
+
+
+# Ctrl-C raises KeyboardInterrupt in the main thread, but when the signal lands on
+# another thread (rich's refresh thread, say) a blocking wait in the main thread is not
+# woken: waits go in slices this long, so Ctrl-C takes effect within one.
+_WAIT_SLICE = 0.25
+
+
+def wait_for_any(connections: Sequence[Any], timeout: float | None) -> list[Any]:
+    """`multiprocessing.connection.wait`, interruptible by Ctrl-C within a slice."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = wait(connections, _WAIT_SLICE if left is None else min(_WAIT_SLICE, left))
+        if ready or (left is not None and left <= _WAIT_SLICE):
+            return ready
 
 
 class WorkerError(EmberError):
@@ -123,7 +139,7 @@ class Worker:
     def receive(self, timeout: float | None) -> Any:
         """The reply to the request sent. Raises WorkerTimedOut (after killing the
         child) or WorkerCrashed (after reaping it)."""
-        if not self._from_child.poll(timeout):
+        if not wait_for_any([self._from_child], timeout):
             self.kill()
             raise WorkerTimedOut()
         try:
