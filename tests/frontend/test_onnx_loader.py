@@ -695,3 +695,23 @@ def test_arithmetic_on_bool_tensors_is_refused(op_type: str) -> None:
     )
     with pytest.raises(ShapeError, match="does not take bool tensors"):
         from_onnx(model)
+
+
+def test_gemm_of_a_vector_is_refused() -> None:
+    """ONNX's Gemm multiplies matrices; ONNX Runtime read a vector A as one row, Ember
+    as a vector (the fuzzer's shape mismatch)."""
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [5, 4], [0.5] * 20)
+    model = graph_model(
+        [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1, name="fc")],
+        [_tensor("x", [4])], [_tensor("y", None)], initializers=[weight],
+    )  # fmt: skip
+    with pytest.raises(ShapeError, match=r"node 'fc' \(Gemm\): A is float32\[4\]; Gemm multiplies"):
+        from_onnx(model)
+
+
+def test_an_opset_domain_that_is_not_utf8_is_refused() -> None:
+    model = _relu_model()
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    data = model.SerializeToString().replace(b"com.microsoft", b"com.microsof\xf4")
+    with pytest.raises(ModelLoadError, match="a name that is not UTF-8 text"):
+        from_onnx(data)

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import onnx
+import onnx.parser
 import pytest
 
 from ember.errors import ShapeError
@@ -183,3 +184,20 @@ def test_a_long_fuzz_run_finds_nothing() -> None:
     """Ten minutes of cases (40,000 or so), for `make test-all`."""
     result = fuzz.fuzz(seed=12, minutes=10)
     assert not result.findings, fuzz.summary(result)
+
+
+def test_run_time_indices_out_of_range_must_fail_the_compiled_run_too() -> None:
+    """The interpreter refuses random indices out of range (ShapeError); that is fine
+    when the compiled module's run refuses them too (issue 18's index check), and a
+    compiled run that reads a wrapped row instead would be a mismatch."""
+    model = onnx.parser.parse_model(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3] x, int64[6] i) => (float[6, 3] y) { y = Gather<axis = 0>(x, i) }"""
+    )
+    data = model.SerializeToString()
+    outcomes = set()
+    for feed_seed in range(6):  # indices drawn from 0..2: some runs have a 2
+        log = StageLog()
+        assert check_case(Case(0, "gather", data, (), feed_seed=feed_seed), log) == Verdict()
+        outcomes.add(tuple(log.checked))
+    assert ("import", "interpreter", "build", "compiled") in outcomes  # refused both ways

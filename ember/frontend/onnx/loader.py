@@ -197,6 +197,11 @@ def default_opset(proto: onnx.ModelProto) -> int:
     1 .. 2**31 - 1 (ONNX's checker stores them as C ints)."""
     domains = Counter("" if e.domain in DEFAULT_DOMAINS else e.domain for e in proto.opset_import)
     for entry in proto.opset_import:
+        if not isinstance(entry.domain, str):  # protobuf hands text that is not UTF-8 as bytes
+            raise ModelLoadError(
+                f"the model imports an opset of domain {entry.domain!r}, a name that is not "
+                "UTF-8 text: re-export the model"
+            )
         if not 1 <= entry.version < 2**31:
             raise ModelLoadError(
                 f"the model imports opset {entry.version} of domain {entry.domain or 'ai.onnx'!r}; "

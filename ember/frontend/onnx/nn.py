@@ -15,7 +15,7 @@ import numpy as np
 
 # Imported for its side effect: it registers the Resize and Upsample converters.
 import ember.frontend.onnx.resize  # noqa: F401
-from ember.errors import ModelLoadError, UnsupportedOperatorError
+from ember.errors import ModelLoadError, ShapeError, UnsupportedOperatorError
 from ember.frontend.onnx.registry import (
     ConversionContext,
     OnnxNode,
@@ -358,6 +358,9 @@ def convert_gemm(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     """alpha * A' @ B' + beta * C. A constant B becomes a `dense` weight (N, K), with
     the transpose and alpha folded into it; otherwise a `matmul`."""
     a, b = node.input(0), node.input(1)
+    for value, name in ((a, "A"), (b, "B")):
+        if value.type.ndim != 2:
+            raise ShapeError(f"{node.where}: {name} is {value.type}; Gemm multiplies matrices")
     alpha, beta = node.float_attr("alpha", 1.0), node.float_attr("beta", 1.0)
     if node.flag_attr("transA", False):
         a = _transpose_2d(ctx, a, f"{node.name}_transpose_a")

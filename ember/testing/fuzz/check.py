@@ -11,8 +11,10 @@ import onnx
 import onnx.parser
 
 from ember.build import build
+from ember.errors import ExecutionError, ShapeError
 from ember.frontend import from_onnx
 from ember.graph import Graph, interpret, verify
+from ember.graph.ir import Params
 from ember.testing.fuzz.mutations import Case
 from ember.testing.oracle import run_onnxruntime
 
@@ -59,7 +61,13 @@ def check_case(case: Case, log: StageLog) -> Verdict:
     if runnable:
         feeds = random_feeds(graph, case.feed_seed)
         log.stage = "interpret"
-        expected = interpret(graph, params, feeds)
+        try:
+            expected = interpret(graph, params, feeds)
+        except ShapeError as error:
+            if _INDEX_OUT_OF_RANGE not in str(error):
+                raise
+            # Random indices out of range: the compiled module must refuse them too.
+            return _check_refused_indices(graph, params, feeds, case, log)
         log.checked.append("interpreter")
         log.stage = "onnxruntime"
         theirs = _onnxruntime_outputs(case.model, feeds)
@@ -79,6 +87,33 @@ def check_case(case: Case, log: StageLog) -> Verdict:
     outputs = library.load()(**feeds)
     log.checked.append("compiled")
     return compare_outputs(graph, outputs, expected, "mismatch_compiled")
+
+
+# What the interpreter and the compiled module say of an index out of range at run time.
+_INDEX_OUT_OF_RANGE = "is out of range for an axis of size"
+
+
+def _check_refused_indices(
+    graph: Graph, params: Params, feeds: dict[str, np.ndarray], case: Case, log: StageLog
+) -> Verdict:
+    """The interpreter refused run-time indices (the random inputs put some out of
+    range); the compiled module's run must fail the same way."""
+    log.checked.append("interpreter")
+    if not case.build:
+        return Verdict()
+    log.stage = "build"
+    library = build(graph, "llvm", params=params, progress=False)
+    log.checked.append("build")
+    log.stage = "run"
+    try:
+        library.load()(**feeds)
+    except ExecutionError as error:
+        if _INDEX_OUT_OF_RANGE in str(error):
+            log.checked.append("compiled")
+            return Verdict()
+        raise
+    message = "the interpreter refused indices out of range; the compiled module ran"
+    return Verdict("mismatch_compiled", "indices", "gather", message)
 
 
 def fixed_shapes(model: bytes) -> dict[str, list[int]] | None:
