@@ -124,6 +124,9 @@ def test_ctrl_c_stops_cleanly_with_the_log_intact(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
+        # A test run started in the background (`make test &`) ignores SIGINT, and a child
+        # inherits that: Python then installs no KeyboardInterrupt handler at all.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     _wait_for_records(log, process, timeout=120)
     time.sleep(0.3)  # into the next round, so that one is in flight

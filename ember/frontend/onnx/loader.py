@@ -245,9 +245,26 @@ def default_opset(proto: onnx.ModelProto) -> int:
     return opset
 
 
+def _check_text(graph: onnx.GraphProto) -> None:
+    """Every name is text: protobuf hands a string field that is not UTF-8 to Python as
+    bytes (or raises when it is read, caught in `from_onnx`)."""
+    names = [tensor.name for tensor in graph.initializer]
+    names += [value.name for value in (*graph.input, *graph.output)]
+    for node in graph.node:
+        names += [node.name, node.op_type, node.domain, *node.input, *node.output]
+        names += [attribute.name for attribute in node.attribute]
+    bad = next((name for name in names if not isinstance(name, str)), None)
+    if bad is not None:
+        raise ModelLoadError(
+            f"the model names something {bad!r}, which is not UTF-8 text; names, op types "
+            "and domains must be UTF-8: re-export the model"
+        )
+
+
 def check_structure(graph: onnx.GraphProto) -> None:
     """Every value name is defined once (input, initializer or node output) before any
     node reads it, and every graph output is defined."""
+    _check_text(graph)
     defined: dict[str, str] = {}
     initializer_names = {tensor.name for tensor in graph.initializer}
     for tensor in graph.initializer:
@@ -347,7 +364,7 @@ def check_nodes(proto: onnx.ModelProto) -> None:
             continue  # ONNX's checker knows only its own domains' schemas
         try:
             onnx.checker.check_node(node, context)
-        except onnx.checker.ValidationError as error:
+        except (onnx.checker.ValidationError, ValueError) as error:  # ValueError: unparsable
             text = str(error).strip()
             first_line = text.splitlines()[0] if text else "invalid"
             raise ModelLoadError(

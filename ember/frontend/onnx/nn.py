@@ -37,6 +37,7 @@ from ember.graph.ops.attrs import (
     LrnAttrs,
     PoolAttrs,
     ReduceAttrs,
+    ShapeAttrs,
     TransposeAttrs,
 )
 from ember.graph.ops.layout import channels_first, kernel_out_in_first
@@ -90,9 +91,16 @@ def _window_padding(
     strides: Sequence[int],
     dilations: Sequence[int],
 ) -> tuple[int, ...]:
-    """The explicit padding of a Conv or pool node, resolving `auto_pad`."""
+    """The explicit padding of a Conv or pool node, resolving `auto_pad`; the window's
+    kernel, strides and dilations checked first (one positive entry per spatial axis)."""
     mode = str(node.attr("auto_pad", "NOTSET"))
     count = len(sizes)
+    for name, values in (("kernel_shape", kernel), ("strides", strides), ("dilations", dilations)):
+        if len(values) != count or min(values, default=1) < 1:
+            raise ModelLoadError(
+                f"{node.where}: {name} {list(values)} needs {count} positive entries, one "
+                "per spatial axis"
+            )
     if mode in ("SAME_UPPER", "SAME_LOWER"):
         return _same_padding(mode, sizes, kernel, strides, dilations)
     if mode == "VALID":
@@ -122,6 +130,11 @@ def _add_channel_bias(ctx: ConversionContext, node: OnnxNode, out: Value, bias_i
 
 
 def _kernel_shape(node: OnnxNode, weight: Value) -> tuple[int, ...]:
+    if weight.type.ndim < 3:
+        raise ShapeError(
+            f"{node.where}: the weight is {weight.type}; a convolution's weight has the "
+            "output and input channels, then one axis per spatial axis"
+        )
     kernel = tuple(weight.shape[2:])
     if "kernel_shape" in node.attrs and tuple(int_list(node.attr("kernel_shape"))) != kernel:
         raise ModelLoadError(
@@ -293,7 +306,8 @@ def convert_layer_norm(ctx: ConversionContext, node: OnnxNode) -> list[Value | N
     bias = node.optional_input(2)
     if bias is None:
         # The graph op always takes a bias; a zero one changes nothing.
-        bias = ctx.builder.constant(np.zeros(scale.shape, scale.dtype))
+        zero = ctx.builder.constant(np.zeros((), scale.dtype))
+        bias = ctx.builder.add("broadcast_to", [zero], ShapeAttrs(scale.shape), f"{node.name}_bias")
     axis = normalize_axis(node, node.int_attr("axis", -1), data.type.ndim)
     epsilon = node.float_attr("epsilon", 1e-5)
     attrs = LayerNormAttrs(axis=axis, epsilon=epsilon)

@@ -50,7 +50,12 @@ def _broadcast(
         )
     if value.type.size == 1:
         return reshape_to(ctx, value, (), f"{node.name}_{what}_scalar") if value.shape else value
-    if axis is None or value.type.ndim != 1 or value.shape[0] != data.shape[axis]:
+    if (
+        axis is None
+        or not 0 <= axis < data.type.ndim
+        or value.type.ndim != 1
+        or value.shape[0] != data.shape[axis]
+    ):
         along = "" if axis is None else f" along axis {axis}"
         raise ModelLoadError(
             f"{node.where}: {what} of shape {list(value.shape)} does not fit data "

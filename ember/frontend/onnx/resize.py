@@ -110,7 +110,7 @@ def _scales_and_sizes(
     rank = len(shape)
     axes = _axes(node, rank)
     given_scales = [float(s) for s in _optional_constant(ctx, node, 2, "scales")]
-    given_sizes = [int(s) for s in _optional_constant(ctx, node, 3, "sizes")]
+    given_sizes = int_list(_optional_constant(ctx, node, 3, "sizes"))
     if bool(given_scales) == bool(given_sizes):
         raise ModelLoadError(
             f"{node.where}: exactly one of the scales and sizes inputs must be given"

@@ -376,7 +376,7 @@ def convert_pad(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
     padded = ctx.builder.add(
         "pad", [data], PadAttrs(tuple(max(p, 0) for p in pads), mode, fill), node.name
     )
-    if min(pads) >= 0:
+    if min(pads, default=0) >= 0:
         return [padded]
     begins = tuple(max(-p, 0) for p in pads[:rank])
     ends = tuple(d - max(-p, 0) for d, p in zip(padded.shape, pads[rank:], strict=True))

@@ -125,7 +125,8 @@ def conv_reference(inputs: Sequence[np.ndarray], attrs: ConvAttrs) -> tuple[np.n
     columns = np.transpose(grouped, (1, 0, *out_axes, 2, *tap_axes)).reshape(
         groups, batch * math.prod(out_sizes), per_group * math.prod(kernel)
     )
-    kernels = w.reshape(groups, outputs // groups, -1).transpose(0, 2, 1)
+    # Explicit sizes, not -1: an empty weight has no size to infer one from.
+    kernels = w.reshape(groups, outputs // groups, per_group * math.prod(kernel)).transpose(0, 2, 1)
     accumulate = accumulation_dtype(data.dtype)
     result = np.matmul(columns.astype(accumulate), kernels.astype(accumulate))
     # (groups, N * positions, O/groups) -> (N, groups, O/groups, *out) -> (N, O, *out)

@@ -8,13 +8,14 @@ folding evaluates it), so it favours clarity and exactness over speed.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ember.errors import GraphError
+from ember.errors import GraphError, ResourceError
 from ember.graph.ir import Attrs, NoAttrs, Node, TensorType
 
 
@@ -120,11 +121,22 @@ def infer_types(op: str, inputs: Sequence[TensorType], attrs: Attrs) -> tuple[Te
     return opdef.infer(inputs, attrs)
 
 
+_TOO_BIG = re.compile(r"too big|too large|maximum supported dimension")
+
+
 def evaluate(op: str, inputs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
     """Run the reference implementation; results are cast to the inferred dtypes."""
     opdef = get_op(op)
     expected = infer_types(op, [TensorType.of(np.asarray(a)) for a in inputs], attrs)
-    results = opdef.reference([np.asarray(a) for a in inputs], attrs)
+    try:
+        results = opdef.reference([np.asarray(a) for a in inputs], attrs)
+    except MemoryError:
+        raise ResourceError(f"{op}: computing it needs more memory than this machine has") from None
+    except (ValueError, OverflowError) as error:
+        # NumPy refuses arrays whose byte size overflows before it allocates anything.
+        if not _TOO_BIG.search(str(error)):
+            raise
+        raise ResourceError(f"{op}: an array it needs is too large ({error})") from None
     if len(results) != len(expected):
         raise GraphError(f"reference of {op!r} returned {len(results)} outputs")
     checked = []

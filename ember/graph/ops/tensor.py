@@ -8,6 +8,7 @@ the offending types.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TypeAlias
 
@@ -59,7 +60,7 @@ def _reshape_infer(inputs: Sequence[TensorType], attrs: ReshapeAttrs) -> tuple[T
             f"reshape: target shape {_shape_text(attrs.shape)} has a negative dimension; "
             "graph reshape takes the complete static shape (resolve -1 and 0 first)"
         )
-    count = int(np.prod(attrs.shape, dtype=np.int64))
+    count = math.prod(attrs.shape)  # a Python int: an int64 product may wrap
     if count != data.size:
         raise ShapeError(
             f"reshape: cannot reshape {data} ({data.size} elements) to "
@@ -142,12 +143,6 @@ def _split_reference(xs: Sequence[np.ndarray], attrs: SplitAttrs) -> tuple[np.nd
 # -- slice -----------------------------------------------------------------------
 
 
-def _slice_indices(begin: int, end: int, step: int) -> range:
-    # A literal `range` (no Python-style wrap-around of negative numbers): with the
-    # bounds clamped by the frontend, an end of -1 under a negative step reaches index 0.
-    return range(begin, end, step)
-
-
 def _slice_infer(inputs: Sequence[TensorType], attrs: SliceAttrs) -> tuple[TensorType, ...]:
     (data,) = inputs
     lengths = {len(attrs.begins), len(attrs.ends), len(attrs.steps)}
@@ -162,25 +157,27 @@ def _slice_infer(inputs: Sequence[TensorType], attrs: SliceAttrs) -> tuple[Tenso
     ):
         if step == 0:
             raise ShapeError(f"slice: step of axis {axis} is 0; steps must be non-zero")
-        indices = _slice_indices(begin, end, step)
+        length = max(0, -((begin - end) // step))  # len(range(...)), for any size of int
         # The first and last index are the extremes of an arithmetic sequence.
-        first_and_last = (indices[0], indices[-1]) if indices else ()
+        first_and_last = (begin, begin + (length - 1) * step) if length else ()
         if first_and_last and (min(first_and_last) < 0 or max(first_and_last) >= extent):
             raise ShapeError(
                 f"slice: {begin}:{end}:{step} on axis {axis} of {data} reads outside "
                 f"0..{extent - 1}; clamp begins/ends first"
             )
-        shape.append(len(indices))
+        shape.append(length)
     return (TensorType(tuple(shape), data.dtype),)
 
 
 def _slice_reference(xs: Sequence[np.ndarray], attrs: SliceAttrs) -> tuple[np.ndarray, ...]:
-    index_lists = [
-        np.array(_slice_indices(b, e, s), dtype=np.int64)
+    # Python slices, not index lists: an empty slice may span 2**62 positions. Type
+    # inference has checked every index taken lies in the axis; a negative end (under
+    # a negative step) then means "down to index 0".
+    slices = tuple(
+        slice(b, None if e < 0 else e, s) if -((b - e) // s) > 0 else slice(0, 0)
         for b, e, s in zip(attrs.begins, attrs.ends, attrs.steps, strict=True)
-    ]
-    # np.ix_ needs at least one axis; a scalar slice is the scalar itself.
-    return (xs[0][np.ix_(*index_lists)] if index_lists else xs[0].copy(),)
+    )
+    return (xs[0][slices].copy(),)
 
 
 # -- gather ----------------------------------------------------------------------
@@ -276,6 +273,8 @@ def _pad_infer(inputs: Sequence[TensorType], attrs: PadAttrs) -> tuple[TensorTyp
 def _pad_reference(xs: Sequence[np.ndarray], attrs: PadAttrs) -> tuple[np.ndarray, ...]:
     data = xs[0]
     rank = data.ndim
+    if rank == 0:
+        return (data.copy(),)  # nothing to pad (and np.pad takes no empty widths)
     widths = [(attrs.pads[axis], attrs.pads[rank + axis]) for axis in range(rank)]
     if attrs.mode == "constant":
         fill = np.asarray(attrs.value).astype(data.dtype)

@@ -138,7 +138,10 @@ def fixed_shapes(model: bytes) -> dict[str, list[int]] | None:
 
 def _run_bytes(graph: Graph) -> int:
     sizes = [value.type.nbytes for value in graph.values()]
-    return MAX_RUN_BYTES + 1 if max(sizes, default=0) > MAX_VALUE_BYTES else sum(sizes)
+    # An empty tensor with a dimension of 2**62 holds no bytes, but NumPy cannot make it.
+    huge = any(dim > 2**31 for value in graph.values() for dim in value.shape)
+    too_big = huge or max(sizes, default=0) > MAX_VALUE_BYTES
+    return MAX_RUN_BYTES + 1 if too_big else sum(sizes)
 
 
 def random_feeds(graph: Graph, seed: int) -> dict[str, np.ndarray]:
