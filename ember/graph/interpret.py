@@ -34,14 +34,8 @@ def interpret(
     for node in graph.nodes:
         try:
             results = evaluate(node.op, [env[v.name] for v in node.inputs], node.attrs)
-        except MemoryError:
-            sizes = ", ".join(
-                f"{value.type} ({value.type.nbytes:,} bytes)" for value in node.outputs
-            )
-            raise ResourceError(
-                f"node {node.name!r} ({node.op}): its result {sizes} does not fit in this "
-                "machine's memory"
-            ) from None
+        except ResourceError as error:  # evaluate's, naming the op and the result
+            raise ResourceError(f"node {node.name!r}: {error}") from None
         for value, result in zip(node.outputs, results, strict=True):
             env[value.name] = _checked(value, result, f"output of node {node.name!r}")
     return {value.name: env[value.name] for value in graph.outputs}

@@ -84,6 +84,22 @@ def _same_padding(
     return (*begins, *ends)
 
 
+def _check_window(
+    node: OnnxNode,
+    count: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+) -> None:
+    """A window's kernel, strides and dilations: one positive entry per spatial axis."""
+    for name, values in (("kernel_shape", kernel), ("strides", strides), ("dilations", dilations)):
+        if len(values) != count or min(values, default=1) < 1:
+            raise ModelLoadError(
+                f"{node.where}: {name} {list(values)} needs {count} positive entries, one "
+                "per spatial axis"
+            )
+
+
 def _window_padding(
     node: OnnxNode,
     sizes: Sequence[int],
@@ -95,12 +111,7 @@ def _window_padding(
     kernel, strides and dilations checked first (one positive entry per spatial axis)."""
     mode = str(node.attr("auto_pad", "NOTSET"))
     count = len(sizes)
-    for name, values in (("kernel_shape", kernel), ("strides", strides), ("dilations", dilations)):
-        if len(values) != count or min(values, default=1) < 1:
-            raise ModelLoadError(
-                f"{node.where}: {name} {list(values)} needs {count} positive entries, one "
-                "per spatial axis"
-            )
+    _check_window(node, count, kernel, strides, dilations)
     if mode in ("SAME_UPPER", "SAME_LOWER"):
         return _same_padding(mode, sizes, kernel, strides, dilations)
     if mode == "VALID":
@@ -175,6 +186,7 @@ def _conv_transpose_padding(
     or derived from `output_shape` or `auto_pad` SAME_* (output length size * stride)."""
     mode = str(node.attr("auto_pad", "NOTSET"))
     count = len(sizes)
+    _check_window(node, count, kernel, strides, dilations)
     output_padding = _per_axis(node, "output_padding", count, 0)
     wanted: list[int] | None = None
     if "output_shape" in node.attrs:

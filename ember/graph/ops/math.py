@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ember.errors import ShapeError
-from ember.graph.ir import Attrs, NoAttrs, TensorType
+from ember.graph.ir import MAX_RANK, Attrs, NoAttrs, TensorType
 from ember.graph.ops.attrs import (
     AlphaAttrs,
     CastAttrs,
@@ -160,6 +160,11 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
     except ValueError:
         raise ShapeError(
             f"shapes {', '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together"
+        ) from None
+    except RuntimeError:  # NumPy broadcasts up to 32 axes (a shape Expand asks for, say)
+        raise ShapeError(
+            f"shapes of ranks {', '.join(str(len(s)) for s in shapes)}: Ember broadcasts "
+            f"up to {MAX_RANK} axes"
         ) from None
 
 

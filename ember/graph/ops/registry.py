@@ -130,13 +130,14 @@ def evaluate(op: str, inputs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.nd
     expected = infer_types(op, [TensorType.of(np.asarray(a)) for a in inputs], attrs)
     try:
         results = opdef.reference([np.asarray(a) for a in inputs], attrs)
-    except MemoryError:
-        raise ResourceError(f"{op}: computing it needs more memory than this machine has") from None
-    except (ValueError, OverflowError) as error:
+    except (MemoryError, ValueError, OverflowError) as error:
         # NumPy refuses arrays whose byte size overflows before it allocates anything.
-        if not _TOO_BIG.search(str(error)):
+        if not isinstance(error, MemoryError) and not _TOO_BIG.search(str(error)):
             raise
-        raise ResourceError(f"{op}: an array it needs is too large ({error})") from None
+        sizes = ", ".join(f"{t} ({t.nbytes:,} bytes)" for t in expected)
+        raise ResourceError(
+            f"{op}: computing its result {sizes} does not fit in this machine's memory"
+        ) from None
     if len(results) != len(expected):
         raise GraphError(f"reference of {op!r} returned {len(results)} outputs")
     checked = []
