@@ -121,7 +121,7 @@ def infer_types(op: str, inputs: Sequence[TensorType], attrs: Attrs) -> tuple[Te
     return opdef.infer(inputs, attrs)
 
 
-_TOO_BIG = re.compile(r"too big|too large|maximum supported dimension")
+_TOO_BIG = re.compile(r"too big|too large|maximum (supported|allowed) dimension", re.IGNORECASE)
 
 
 def evaluate(op: str, inputs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.ndarray, ...]:
