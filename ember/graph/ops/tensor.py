@@ -143,6 +143,12 @@ def _split_reference(xs: Sequence[np.ndarray], attrs: SplitAttrs) -> tuple[np.nd
 # -- slice -----------------------------------------------------------------------
 
 
+def _slice_length(begin: int, end: int, step: int) -> int:
+    """len(range(begin, end, step)), for ints of any size (len() of a range longer than
+    sys.maxsize raises)."""
+    return max(0, -((begin - end) // step))
+
+
 def _slice_infer(inputs: Sequence[TensorType], attrs: SliceAttrs) -> tuple[TensorType, ...]:
     (data,) = inputs
     lengths = {len(attrs.begins), len(attrs.ends), len(attrs.steps)}
@@ -157,7 +163,7 @@ def _slice_infer(inputs: Sequence[TensorType], attrs: SliceAttrs) -> tuple[Tenso
     ):
         if step == 0:
             raise ShapeError(f"slice: step of axis {axis} is 0; steps must be non-zero")
-        length = max(0, -((begin - end) // step))  # len(range(...)), for any size of int
+        length = _slice_length(begin, end, step)
         # The first and last index are the extremes of an arithmetic sequence.
         first_and_last = (begin, begin + (length - 1) * step) if length else ()
         if first_and_last and (min(first_and_last) < 0 or max(first_and_last) >= extent):
@@ -174,7 +180,7 @@ def _slice_reference(xs: Sequence[np.ndarray], attrs: SliceAttrs) -> tuple[np.nd
     # inference has checked every index taken lies in the axis; a negative end (under
     # a negative step) then means "down to index 0".
     slices = tuple(
-        slice(b, None if e < 0 else e, s) if -((b - e) // s) > 0 else slice(0, 0)
+        slice(b, None if e < 0 else e, s) if _slice_length(b, e, s) else slice(0, 0)
         for b, e, s in zip(attrs.begins, attrs.ends, attrs.steps, strict=True)
     )
     return (xs[0][slices].copy(),)
