@@ -150,6 +150,33 @@ def test_keep_going_writes_each_distinct_exception_once(tmp_path, capsys) -> Non
     ]
 
 
+def test_keep_going_restarts_libfuzzer_after_an_input_stops_it(tmp_path, monkeypatch) -> None:
+    # A timeout ends libFuzzer whatever its flags: the run goes on from the corpus, with
+    # the next seed, and an exception the second run finds again is reported once.
+    bug = coverage.Finding("bug", "KeyError: 3", "ember/x.py:1", tmp_path / "bug-1.onnx")
+    again = coverage.Finding("bug", "KeyError: 4", "ember/x.py:1", tmp_path / "bug-2.onnx")
+    timeout = coverage.Finding("timeout", "timeout after 21 seconds", "", tmp_path / "t")
+    runs = [
+        coverage.CoverageResult(1000, 100, 5, 12.0, 70, [bug, timeout]),
+        coverage.CoverageResult(3000, 100, 7, 31.0, 0, [again]),
+    ]
+    seeds = []
+
+    def fake_run(minutes, seed, corpus, out, echo, keep_going):
+        seeds.append(seed)
+        return runs[len(seeds) - 1], False
+
+    monkeypatch.setattr(coverage, "_fuzz_once", fake_run)
+    messages: list[str] = []
+    result = coverage.fuzz_with_coverage(
+        1.0, 5, tmp_path / "corpus", tmp_path / "out", messages.append, keep_going=True
+    )
+    assert seeds == [5, 6]
+    assert (result.executions, result.execs_per_second, result.new_units) == (4000, 100, 12)
+    assert result.findings == [bug, timeout] and result.exit_status == 0
+    assert any("restarting" in message for message in messages)
+
+
 def test_without_atheris_the_command_says_how_to_install_it(monkeypatch, capsys) -> None:
     find_spec = importlib.util.find_spec
 
@@ -177,9 +204,12 @@ def test_a_short_coverage_guided_run_reports_what_it_finds(tmp_path) -> None:
     run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert " executions (" in run.stdout, run.stderr[-3000:]
     assert run.returncode in (0, 1), run.stdout + run.stderr[-3000:]
-    inputs = sorted(out.glob("bug-*.onnx")) if out.exists() else []
-    assert (run.returncode == 1) == bool(inputs), run.stdout
-    for model in inputs:
+    # Each finding leaves its input in `out`: "bug-*.onnx" (with its traceback in a .txt)
+    # for an exception under --keep-going, "crash-", "timeout-" or "oom-" for what
+    # stopped libFuzzer. The exit status says whether there were any.
+    saved = sorted(path for path in out.iterdir() if path.suffix != ".txt")
+    assert (run.returncode == 1) == bool(saved), run.stdout
+    for model in out.glob("bug-*.onnx"):
         assert model.with_suffix(".txt").read_text().startswith("Traceback")
 
 

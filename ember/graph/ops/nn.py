@@ -237,6 +237,8 @@ def lrn_window(size: int, channels: int) -> tuple[int, int]:
 
 def _lrn_reference(inputs: Sequence[np.ndarray], attrs: LrnAttrs) -> tuple[np.ndarray, ...]:
     (x,) = inputs
+    if x.size == 0:  # the loop below runs per channel, and an empty x may have 2**31
+        return (x.copy(),)
     wide = x.astype(np.float64)
     channels = x.shape[1]
     before, after = lrn_window(attrs.size, channels)

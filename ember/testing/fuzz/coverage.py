@@ -26,9 +26,12 @@ libFuzzer stops at the first failing input: an exception other than `EmberError`
 the input into --out, and the summary names the exception, its innermost `ember/` frame
 and the command that replays it. With --keep-going an exception does not stop the run:
 the first input of each distinct one (exception type, innermost `ember/` frame) is
-written to --out (`bug-Type-HASH.onnx`, its traceback in `bug-Type-HASH.txt`), so that a
-long run gets past shallow bugs not fixed yet. Fuzzing runs in a child process, because
-libFuzzer ends its process when it stops.
+written to --out (`bug-Type-HASH.onnx`, its traceback in `bug-Type-HASH.txt`), and after a
+timeout, an out-of-memory or a crash libFuzzer starts again on the corpus so far, so that
+a long run gets past shallow bugs not fixed yet. The process's address space is capped
+(ADDRESS_SPACE_LIMIT_BYTES), so that a huge allocation is a MemoryError, which Ember must
+refuse with its ResourceError, rather than memory the machine gives and then runs out of.
+Fuzzing runs in a child process, because libFuzzer ends its process when it stops.
 """
 
 from __future__ import annotations
@@ -61,6 +64,12 @@ from ember.testing.fuzz.runner import innermost_ember_frame, quiet
 from ember.testing.fuzz.seeds import SEED_GRAPHS, seed_model
 
 TIMEOUT_SECONDS = 20
+# The fuzzing process's address space is capped, so that an input asking NumPy for tens
+# of GiB gets a MemoryError, which Ember must turn into its ResourceError, instead of
+# being granted by overcommit. libFuzzer's RSS limit, above the cap, stays as a backstop:
+# it reads the process's peak RSS, so when it fires it blames whichever input runs then,
+# not the one that grew the process (and a run past it ends, --keep-going or not).
+ADDRESS_SPACE_LIMIT_BYTES = 6 << 30
 RSS_LIMIT_MB = 8192
 STRUCTURE_MUTATION_SHARE = 0.5
 INSTALL_HINT = "atheris is not installed: pip install -e '.[fuzz]' (or pip install atheris)"
@@ -74,9 +83,11 @@ FINDING_PREFIX = "EMBER-FINDING "
 # not instrumented), hence a program of its own rather than `-m` on this module (which
 # imports ember.testing.fuzz, and with it Ember, before any code of ours runs). The
 # fuzzer's own modules are left out: their branches say nothing about Ember.
-CHILD_PROGRAM = """
+CHILD_PROGRAM = f"""
+import resource
 import sys
 import atheris
+resource.setrlimit(resource.RLIMIT_AS, ({ADDRESS_SPACE_LIMIT_BYTES}, {ADDRESS_SPACE_LIMIT_BYTES}))
 with atheris.instrument_imports(include=["ember", "onnx"], exclude=[
         "ember.testing.fuzz", "ember.testing.fuzz.campaign", "ember.testing.fuzz.coverage",
         "ember.testing.fuzz.mutations", "ember.testing.fuzz.runner",
@@ -145,6 +156,10 @@ class Finding:
     exception: str
     frame: str
     path: Path
+
+    def key(self) -> tuple[str, str]:
+        """What tells two findings apart: the exception's type and the innermost frame."""
+        return self.exception.split(":")[0], self.frame
 
     def describe(self) -> str:
         where = f" at {self.frame}" if self.frame else ""
@@ -215,6 +230,27 @@ class CoverageResult:
     exit_status: int = 0
     findings: list[Finding] = field(default_factory=list)
 
+    def add(self, run: CoverageResult) -> None:
+        """Count a restarted run's statistics and findings in with this one's; a "bug"
+        already found (same exception and frame) by an earlier run is not counted again."""
+        fuzzing = self.fuzzing_seconds() + run.fuzzing_seconds()
+        self.executions += run.executions
+        self.execs_per_second = round(self.executions / fuzzing) if fuzzing else 0
+        self.new_units += run.new_units
+        self.seconds += run.seconds
+        self.exit_status = run.exit_status
+        known = {(f.exception.split(":")[0], f.frame) for f in self.findings if f.kind == "bug"}
+        for finding in run.findings:
+            if (
+                finding.kind != "bug"
+                or (finding.exception.split(":")[0], finding.frame) not in known
+            ):
+                self.findings.append(finding)
+
+    def fuzzing_seconds(self) -> float:
+        """libFuzzer's own time (without instrumenting and loading Ember)."""
+        return self.executions / self.execs_per_second if self.execs_per_second else 0.0
+
 
 def libfuzzer_arguments(minutes: float, seed: int, corpus: Path, out: Path) -> list[str]:
     return [
@@ -237,13 +273,46 @@ def fuzz_with_coverage(
     keep_going: bool = False,
 ) -> CoverageResult:
     """Write the seeds into `corpus`, run libFuzzer in a child process for `minutes` and
-    read its report; each line of its output but the instrumentation's goes to `echo`."""
+    read its report; each line of its output but the instrumentation's goes to `echo`.
+
+    With `keep_going`, an input that stops libFuzzer (a timeout, running out of memory, a
+    crash of the interpreter) does not end the run: libFuzzer starts again on the corpus
+    grown so far (the stopping input is not in it) for the time left, with the next seed."""
     if importlib.util.find_spec("atheris") is None:
         raise EmberError(INSTALL_HINT)
     corpus.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     for name, data in seed_corpus().items():
         (corpus / name).write_bytes(data)
+    deadline = time.monotonic() + minutes * 60
+    total = CoverageResult()
+    while True:
+        left = deadline - time.monotonic()
+        result, interrupted = _fuzz_once(left / 60, seed, corpus, out, echo, keep_going)
+        total.add(result)
+        if interrupted or not keep_going or result.exit_status == 0:
+            break
+        if deadline - time.monotonic() < MIN_RESTART_SECONDS:
+            break
+        seed = seed + 1 if seed else 0
+        echo(f"libFuzzer stopped (status {result.exit_status}); restarting on the corpus")
+    return total
+
+
+# A restart costs a few seconds (instrumenting Ember, loading the corpus): not worth it
+# for less fuzzing time than this.
+MIN_RESTART_SECONDS = 20
+
+
+def _fuzz_once(
+    minutes: float,
+    seed: int,
+    corpus: Path,
+    out: Path,
+    echo: Callable[[str], None],
+    keep_going: bool,
+) -> tuple[CoverageResult, bool]:
+    """One libFuzzer child: its result, and whether Ctrl-C ended it."""
     command = [sys.executable, "-c", CHILD_PROGRAM]
     command += libfuzzer_arguments(minutes, seed, corpus, out)
     command += [f"{KEEP_GOING_FLAG}{out}"] if keep_going else []
@@ -253,6 +322,7 @@ def fuzz_with_coverage(
     )
     assert child.stdout is not None
     report = LibFuzzerReport()
+    interrupted = False
     try:
         for line in child.stdout:
             line = line.rstrip("\n")
@@ -262,12 +332,13 @@ def fuzz_with_coverage(
             elif not line.startswith("INFO: Instrumenting "):
                 echo(line)
     except KeyboardInterrupt:  # the child got it too: libFuzzer prints its stats and ends
+        interrupted = True
         for line in child.stdout:
             report.read(line.rstrip("\n"))
     result = report.finish()
     result.exit_status = child.wait()
     result.seconds = time.monotonic() - start
-    return result
+    return result, interrupted
 
 
 class LibFuzzerReport:
@@ -336,7 +407,7 @@ class LibFuzzerReport:
 def summary(result: CoverageResult) -> str:
     # libFuzzer's own rate: the wall time also counts instrumenting and loading Ember.
     rate = result.execs_per_second
-    fuzzing = f"~{result.executions / rate:.0f} s" if rate else "under a second"
+    fuzzing = f"~{result.fuzzing_seconds():.0f} s" if rate else "under a second"
     lines = [
         f"{result.executions} executions ({rate}/s) in {fuzzing} of fuzzing"
         f" ({result.seconds:.0f} s with start-up), {result.new_units} new corpus inputs"

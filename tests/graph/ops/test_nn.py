@@ -172,6 +172,13 @@ def test_lrn_even_size_window_leans_forward() -> None:
     assert_close(ours, expected)
 
 
+def test_lrn_of_an_empty_tensor_is_empty_whatever_its_channel_count() -> None:
+    # Found by atheris: 2**31 channels beside a dimension of 0 looped once per channel.
+    x = np.empty((1, 2**31, 5, 0), dtype=np.float32)
+    (ours,) = evaluate("lrn", [x], LrnAttrs(size=2**63 - 1, alpha=1e-4, beta=0.75, bias=1.0))
+    assert ours.shape == x.shape and ours.dtype == np.float32
+
+
 # -- softmax ---------------------------------------------------------------------------
 
 
