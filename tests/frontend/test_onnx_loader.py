@@ -709,6 +709,25 @@ def test_gemm_of_a_vector_is_refused() -> None:
         from_onnx(model)
 
 
+def test_gemm_checks_c_type_and_integer_scales() -> None:
+    """Found by atheris: a beta of 1e30 with an int64 C overflowed while scaling C."""
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [3, 4], [0.5] * 12)
+    model = graph_model(
+        [helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, beta=1e30, name="fc")],
+        [_tensor("x", [2, 4]), _tensor("c", [], TensorProto.INT64)], [_tensor("y", None)],
+        initializers=[weight],
+    )  # fmt: skip
+    with pytest.raises(ShapeError, match=r"C is int64\[\] and A float32\[2, 4\]"):
+        from_onnx(model)
+    integer = graph_model(
+        [helper.make_node("Gemm", ["a", "b"], ["y"], alpha=0.5, name="fc")],
+        [_tensor("a", [2, 4], TensorProto.INT32), _tensor("b", [4, 3], TensorProto.INT32)],
+        [_tensor("y", None)],
+    )  # fmt: skip
+    with pytest.raises(ModelLoadError, match=r"alpha=0.5 cannot scale int32 matrices"):
+        from_onnx(integer)
+
+
 def test_an_opset_domain_that_is_not_utf8_is_refused() -> None:
     model = _relu_model()
     model.opset_import.append(helper.make_opsetid("com.microsoft", 1))

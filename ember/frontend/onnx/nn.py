@@ -388,6 +388,18 @@ def convert_gemm(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
         if value.type.ndim != 2:
             raise ShapeError(f"{node.where}: {name} is {value.type}; Gemm multiplies matrices")
     alpha, beta = node.float_attr("alpha", 1.0), node.float_attr("beta", 1.0)
+    c = node.optional_input(2)
+    if c is not None and c.type.dtype != a.type.dtype:
+        raise ShapeError(f"{node.where}: C is {c.type} and A {a.type}; Gemm takes one type")
+    dtype = np.dtype(a.type.dtype)
+    if dtype.kind in "iu":  # integer Gemm: a scale must be a whole number of the type
+        limits = np.iinfo(dtype)
+        for attr, factor in (("alpha", alpha), ("beta", beta)):
+            if not (factor.is_integer() and limits.min <= factor <= limits.max):
+                raise ModelLoadError(
+                    f"{node.where}: {attr}={factor} cannot scale {dtype} matrices; give a "
+                    f"whole number in {limits.min}..{limits.max}"
+                )
     if node.flag_attr("transA", False):
         a = _transpose_2d(ctx, a, f"{node.name}_transpose_a")
     transpose_b = node.flag_attr("transB", False)
@@ -401,7 +413,6 @@ def convert_gemm(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]:
             b = _transpose_2d(ctx, b, f"{node.name}_transpose_b")
         out = ctx.builder.add("matmul", [a, b], NoAttrs(), node.name)
         out = _scaled(ctx, out, alpha, f"{node.name}_alpha")
-    c = node.optional_input(2)
     if c is None or beta == 0.0:
         return [out]
     c = _scaled(ctx, c, beta, f"{node.name}_beta")

@@ -232,7 +232,8 @@ def _conv_transpose_reference(
     accumulate = accumulation_dtype(data.dtype)
     # Rows (n, input position) per group, columns the group's input channels.
     grouped = x.reshape(batch, groups, channels // groups, *sizes)
-    rows = np.moveaxis(grouped, (1, 2), (0, -1)).reshape(groups, -1, channels // groups)
+    positions = batch * math.prod(sizes)  # spelled out: -1 is ambiguous when C is 0
+    rows = np.moveaxis(grouped, (1, 2), (0, -1)).reshape(groups, positions, channels // groups)
     rows = rows.astype(accumulate)  # (G, N * input positions, C/G)
     scattered_shape = (groups, batch, *sizes, per_group_out)
     taps = weight.reshape(groups, channels // groups, per_group_out, *kernel).astype(accumulate)

@@ -191,6 +191,15 @@ def test_conv_transpose_matches_onnxruntime(
     assert_close(ours, theirs)
 
 
+def test_conv_transpose_of_no_input_channels_is_zeros_like_onnxruntime() -> None:
+    # Found by atheris: with C = 0 the reshape to rows could not infer its -1.
+    x, w = np.zeros((1, 0, 2, 7), np.float32), np.zeros((0, 3, 3, 2), np.float32)
+    attrs = ConvTransposeAttrs((1, 1), (0, 0, 0, 0), (0, 0), (1, 1), 1, "NCHW")
+    (ours,) = evaluate("conv_transpose", [x, w], attrs)
+    assert_close(ours, run_onnx_node("ConvTranspose", {"x": x, "w": w}))
+    assert ours.shape == (1, 3, 4, 8) and not ours.any()
+
+
 def test_conv_transpose_channels_last_andcount_macs() -> None:
     x, w = random_array(2, 4, 3, 5), random_array(4, 3, 2, 3)
     first = ConvTransposeAttrs((2, 2), (0, 1, 1, 0), (1, 1), (1, 1), 2, "NCHW")
