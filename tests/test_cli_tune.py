@@ -100,7 +100,8 @@ def test_resume_measures_nothing_twice(
     assert len(set(seen)) == len(seen)
     # Every task has had a round now (the warm-up gives each one), so the estimate is
     # defined.
-    assert "Estimated end-to-end latency: " in out and "(sum of each task's" in out
+    assert "Estimated end-to-end latency: " in out and "in-network/alone ratio" in out
+    assert "Timing calibration: the network with default schedules runs in" in out
 
 
 def _wait_for_records(log: Path, process: subprocess.Popen[str], timeout: float) -> None:
@@ -162,7 +163,7 @@ def test_ctrl_c_stops_cleanly_with_the_log_intact(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("options", "timing", "settings"),
     [
-        ([], Timing.COLD_WEIGHTS, (1, 10, 0.0)),
+        ([], Timing.COLD_WEIGHTS, (1, 10, 0.0)),  # auto: until calibration chooses
         (["--timing", "warm"], Timing.WARM, (3, 1, 100.0)),
         (["--timing", "cold-weights"], Timing.COLD_WEIGHTS, (1, 10, 0.0)),
         (["--timing", "cold"], Timing.COLD, (1, 10, 0.0)),
@@ -274,5 +275,5 @@ def test_tune_is_registered_in_help(capsys: pytest.CaptureFixture[str]) -> None:
     for option in ("--trials", "--per-round", "--tuning-records", "--early-stopping",
                    "--timeout", "--number", "--repeat", "--min-repeat-ms", "--parallel",
                    "--include-simple-tasks", "--cost-model", "--strategy", "--seed",
-                   "--timing", "{warm,cold-weights,cold}", "--cpu-cache-flush"):  # fmt: skip
+                   "--timing", "{auto,warm,cold-weights,cold}", "--cpu-cache-flush"):  # fmt: skip
         assert option in out

@@ -20,9 +20,9 @@ no cycle); each module imports only from those before it:
 `measure` (what a measurement passes around; the Builder and Runner protocols) ->
 `cost_model`, `features`, `feature_pool`, `xgb_model` -> `sketch_rules`, `sketch`,
 `annotate`, `mutate` -> `search` -> `reference`, `builder`, `runner`, `rpc_runner` (with
-`ember.rpc`) -> `tuning` -> `task_scheduler`, and the helper processes' `*_worker`
-modules. A module that needs a type from further on takes a protocol defined before it
-instead.
+`ember.rpc`) -> `tuning` -> `calibration` (with `ember.runtime`) -> `task_scheduler`,
+and the helper processes' `*_worker` modules. A module that needs a type from further on
+takes a protocol defined before it instead.
 """
 
 from typing import TYPE_CHECKING
@@ -31,6 +31,7 @@ from ember.lazy import lazy_exports
 
 if TYPE_CHECKING:  # what __getattr__ imports, spelled out for type checkers
     from ember.autoschedule.builder import LocalBuilder
+    from ember.autoschedule.calibration import Calibration, calibrate
     from ember.autoschedule.cost_model import CostModel, RandomModel
     from ember.autoschedule.hardware import HardwareParams
     from ember.autoschedule.measure import BuildResult, MeasureInput, MeasureResult, Timing
@@ -64,6 +65,7 @@ if TYPE_CHECKING:  # what __getattr__ imports, spelled out for type checkers
 _NAMES = {
     "ApplyHistoryBest": "ember.autoschedule.records",
     "BuildResult": "ember.autoschedule.measure",
+    "Calibration": "ember.autoschedule.calibration",
     "CostModel": "ember.autoschedule.cost_model",
     "ErrorKind": "ember.autoschedule.records",
     "EvolutionarySearch": "ember.autoschedule.search",
@@ -90,6 +92,7 @@ _NAMES = {
     "TuningError": "ember.autoschedule.tuning",
     "TuningOptions": "ember.autoschedule.tuning",
     "apply_best": "ember.autoschedule.tuning",
+    "calibrate": "ember.autoschedule.calibration",
     "distill": "ember.autoschedule.records",
     "extract_tasks": "ember.autoschedule.task",
     "generate_sketches": "ember.autoschedule.sketch",
@@ -101,6 +104,7 @@ _NAMES = {
 __all__ = [
     "ApplyHistoryBest",
     "BuildResult",
+    "Calibration",
     "CostModel",
     "ErrorKind",
     "EvolutionarySearch",
@@ -127,6 +131,7 @@ __all__ = [
     "TuningError",
     "TuningOptions",
     "apply_best",
+    "calibrate",
     "distill",
     "extract_tasks",
     "generate_sketches",

@@ -167,6 +167,25 @@ class TimingRunner:
             "cold_weights": timing is Timing.COLD_WEIGHTS,
         }
 
+    def set_timing(
+        self,
+        timing: Timing,
+        number: int | None = None,
+        repeat: int | None = None,
+        min_repeat_ms: float | None = None,
+    ) -> None:
+        """Time the next candidates as `timing` says, with its default settings for
+        those not given (what `for_timing` does for a new runner)."""
+        settings = self.timing_settings(timing, number, repeat, min_repeat_ms)
+        _check_settings(
+            settings["number"], settings["repeat"], settings["min_repeat_ms"], self.timeout,
+            self.cooldown_interval,
+        )  # fmt: skip
+        self.number, self.repeat = settings["number"], settings["repeat"]
+        self.min_repeat_ms = float(settings["min_repeat_ms"])
+        self.enable_cpu_cache_flush = settings["enable_cpu_cache_flush"]
+        self.cold_weights = settings["cold_weights"]
+
     @property
     def timing(self) -> Timing:
         """What the caches hold when a timed call starts (see the module docstring)."""

@@ -5,11 +5,14 @@
     result = scheduler.tune(TuningOptions(num_measure_trials=2000,
                                           measure_callbacks=[RecordToFile("new.json")]))
 
-End-to-end latency is estimated as `sum(best_cost[t] * weight[t])`. Every task first
-gets one round (a best to start from); after that each round goes to the task whose
-next round is expected to shorten that sum most ("gradient" strategy) or to the
-next task in turn ("round-robin"). The expected gain of a task is its weight times its
-expected improvement per trial, a blend of
+End-to-end latency is estimated as `sum(best_cost[t] * weight[t] * ratio[t])` plus the
+steps no task covers, where a `Calibration` (`ember.autoschedule.calibration`) measured
+each task's in-network / alone time ratio and those steps (without one: ratio 1,
+nothing else). Every task first gets one round (a best to start from); after that each
+round goes to the task whose next round is expected to shorten that sum most
+("gradient" strategy) or to the next task in turn ("round-robin"). The expected gain
+of a task is its weight times its ratio times its expected improvement per trial, a
+blend of
 - the recent rate: how much its best improved over its last few rounds, per trial;
 - an optimistic forecast: the best improves like 1/trials (best / trials per trial),
   or, when a similar task (same stages, other shapes) already runs at a higher
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ember.autoschedule.calibration import Calibration
 from ember.autoschedule.cost_model import CostModel, RandomModel
 from ember.autoschedule.measure import Builder, Runner
 from ember.autoschedule.records import load_records
@@ -78,6 +82,9 @@ class SchedulerResult:
     interrupted: bool
     history: tuple[tuple[int, float, float], ...]
     stats: TuningStats = field(default_factory=TuningStats)
+    # From a Calibration: per task, in-network / alone time; the steps no task covers.
+    ratios: tuple[float, ...] = ()
+    untuned_seconds: float = 0.0
 
     @property
     def total_trials(self) -> int:
@@ -85,12 +92,23 @@ class SchedulerResult:
 
     @property
     def estimated_latency(self) -> float:
-        """sum(best cost * weight) in seconds; inf while a task has no valid candidate."""
-        return estimated_latency(self.best_costs, self.weights)
+        """The network's latency in seconds, estimated from the tasks' bests (see
+        `estimated_latency`); inf while a task has no valid candidate."""
+        ratios = self.ratios or (1.0,) * len(self.tasks)
+        return estimated_latency(self.best_costs, self.weights, ratios, self.untuned_seconds)
 
 
-def estimated_latency(best_costs: Sequence[float], weights: Sequence[int]) -> float:
-    return sum(cost * weight for cost, weight in zip(best_costs, weights, strict=True))
+def estimated_latency(
+    best_costs: Sequence[float],
+    weights: Sequence[int],
+    ratios: Sequence[float],
+    untuned_seconds: float = 0.0,
+) -> float:
+    """sum(best cost * weight * ratio) + untuned_seconds: each task's best, timed alone,
+    times how often the network runs it and how much slower it runs there (a
+    Calibration's ratios; 1 without one), plus the steps no task covers."""
+    corrected = zip(best_costs, weights, ratios, strict=True)
+    return sum(cost * weight * ratio for cost, weight, ratio in corrected) + untuned_seconds
 
 
 class TaskScheduler:
@@ -111,6 +129,7 @@ class TaskScheduler:
         cost_model: str | CostModel = "xgb",
         search_params: SearchParams | None = None,
         seed: int | None = None,
+        calibration: Calibration | None = None,
     ) -> None:
         if not tasks:
             raise TuningError("there are no tasks to tune; does the model have any kernel?")
@@ -123,6 +142,10 @@ class TaskScheduler:
             raise TuningError(f"unknown strategy {strategy!r}; choose one of {list(STRATEGIES)}")
         self.tasks = list(tasks)
         self.weights = weights
+        self.ratios: tuple[float, ...] = (1.0,) * len(tasks)
+        self.untuned_seconds = 0.0
+        if calibration is not None:
+            self.set_calibration(calibration)
         self.strategy = strategy
         self.rng = random.Random(seed)
         self.cost_model = _cost_model(cost_model, load_model_file, seed)
@@ -138,6 +161,16 @@ class TaskScheduler:
             records = load_records(load_log_file)
             for tuner in self.tuners:
                 tuner.load(records)
+
+    def set_calibration(self, calibration: Calibration) -> None:
+        """Estimate with `calibration`'s in-network / alone ratios and untuned steps."""
+        if len(calibration.tasks) != len(self.tasks):
+            raise TuningError(
+                f"the calibration has {len(calibration.tasks)} tasks, the scheduler "
+                f"{len(self.tasks)}: calibrate the same tasks"
+            )
+        self.ratios = calibration.ratios()
+        self.untuned_seconds = calibration.untuned_seconds
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -230,7 +263,7 @@ class TaskScheduler:
             reachable = tuner.task.flop_count / (similar / SIMILAR_THROUGHPUT_DIVISOR)
             forecast = max(forecast, best - reachable)
         rate = RECENT_RATE_SHARE * recent + (1 - RECENT_RATE_SHARE) * forecast
-        return self.weights[index] * rate
+        return self.weights[index] * self.ratios[index] * rate
 
     def _recent_rate(self, index: int) -> float:
         history = self.history_of_best[index]
@@ -254,7 +287,8 @@ class TaskScheduler:
     # -- reporting ---------------------------------------------------------------------
 
     def _estimate(self) -> float:
-        return estimated_latency([t.best_cost for t in self.tuners], self.weights)
+        best_costs = [tuner.best_cost for tuner in self.tuners]
+        return estimated_latency(best_costs, self.weights, self.ratios, self.untuned_seconds)
 
     def table(self, elapsed: float, trials: int, next_index: int | None) -> list[str]:
         """The seed's per-round table."""
@@ -297,6 +331,8 @@ class TaskScheduler:
             interrupted,
             tuple(history),
             stats,
+            self.ratios,
+            self.untuned_seconds,
         )
 
 

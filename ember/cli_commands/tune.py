@@ -35,15 +35,20 @@ from ember.target import Target
 
 if TYPE_CHECKING:
     from ember.autoschedule.builder import LocalBuilder
+    from ember.autoschedule.calibration import Calibration
+    from ember.autoschedule.measure import Builder, Runner
     from ember.autoschedule.runner import TimingRunner
     from ember.autoschedule.task import SearchTask
     from ember.autoschedule.task_scheduler import SchedulerResult, TaskScheduler
     from ember.autoschedule.tuning import TuningOptions
+    from ember.graph.ir import Graph, Params
 
 # Trials per task when --trials is not given: the first round of every task plus one
 # more on average (rounds of 32). Enough to beat most default schedules; TVM's guide suggests
 # ~800 per task for the best results.
 DEFAULT_TRIALS_PER_TASK = 64
+# --timing's default: calibrate (ember.autoschedule.calibration).
+AUTO_TIMING = "auto"
 # A shell's exit status for a command ended by SIGINT (128 + 2).
 EXIT_INTERRUPTED = 130
 
@@ -63,7 +68,7 @@ def _check_options(args: argparse.Namespace) -> None:
     _positive(args.repeat, "--repeat", "timed repeats per candidate")
     _positive(args.parallel, "--parallel", "builder processes")
     _measure_defaults(args)
-    if args.min_repeat_ms < 0:
+    if args.min_repeat_ms is not None and args.min_repeat_ms < 0:
         raise UsageError(f"--min-repeat-ms {args.min_repeat_ms} must be 0 or more")
     output = Path(args.output)
     if output.is_dir():
@@ -83,7 +88,9 @@ def _check_options(args: argparse.Namespace) -> None:
 def _measure_defaults(args: argparse.Namespace) -> None:
     """--number, --repeat and --min-repeat-ms not given: the timing's defaults (warm
     repeats runs for 100 ms; cold timings measure 10 single runs, each after its
-    eviction)."""
+    eviction). With --timing auto, they are filled in once calibration chose."""
+    if args.timing == AUTO_TIMING:
+        return
     number, repeat, min_repeat_ms = Timing(args.timing).default_settings
     if args.number is None:
         args.number = number
@@ -146,10 +153,12 @@ def describe_result(result: SchedulerResult, args: argparse.Namespace, new: int)
             f"{', '.join(missing)}; tune longer)"
         )
     else:
-        lines.append(
-            f"Estimated end-to-end latency: {_seconds(result.estimated_latency)} "
-            "(sum of each task's best latency x weight)"
+        how = (
+            "each task's best x weight x its in-network/alone ratio, plus the untuned steps"
+            if result.ratios
+            else "sum of each task's best latency x weight"
         )
+        lines.append(f"Estimated end-to-end latency: {_seconds(result.estimated_latency)} ({how})")
     lines.append(f"Records: {args.output} ({new} new)")
     lines.append(f"Next: {_next_command(args)}")
     return lines
@@ -168,7 +177,7 @@ def make_runner(args: argparse.Namespace) -> TimingRunner:
     this machine, or the boards of --rpc-key behind --rpc-tracker."""
     from ember.autoschedule import LocalRunner
 
-    timing = Timing(args.timing)
+    timing = Timing.COLD_WEIGHTS if args.timing == AUTO_TIMING else Timing(args.timing)
     if args.rpc_tracker is None:
         return LocalRunner.for_timing(
             timing, args.number, args.repeat, args.min_repeat_ms, args.timeout
@@ -183,15 +192,15 @@ def make_runner(args: argparse.Namespace) -> TimingRunner:
     )  # fmt: skip
 
 
-def _scheduler_and_options(
-    args: argparse.Namespace, tasks: Sequence[SearchTask], weights: Sequence[int]
-) -> tuple[TaskScheduler, TuningOptions, LocalBuilder, TimingRunner]:
-    """The scheduler, and the options with the measurers (the caller closes them)."""
-    from ember.autoschedule import LocalBuilder, RecordToFile, TuningOptions
+def _scheduler(
+    args: argparse.Namespace,
+    tasks: Sequence[SearchTask],
+    weights: Sequence[int],
+) -> TaskScheduler:
     from ember.autoschedule.task_scheduler import TaskScheduler
 
     try:
-        scheduler = TaskScheduler(
+        return TaskScheduler(
             tasks,
             weights,
             strategy=args.strategy,
@@ -204,9 +213,20 @@ def _scheduler_and_options(
             f"the {args.cost_model!r} cost model cannot be loaded ({error}); install Ember's "
             "dependencies (pip install -e .) or choose --cost-model random"
         ) from None
-    builder = LocalBuilder(n_parallel=args.parallel, timeout=args.timeout)
-    runner = make_runner(args)
-    options = TuningOptions(
+
+
+def _measurers(args: argparse.Namespace) -> tuple[LocalBuilder, TimingRunner]:
+    from ember.autoschedule import LocalBuilder
+
+    return LocalBuilder(n_parallel=args.parallel, timeout=args.timeout), make_runner(args)
+
+
+def _options(
+    args: argparse.Namespace, tasks: Sequence[SearchTask], builder: Builder, runner: Runner
+) -> TuningOptions:
+    from ember.autoschedule import RecordToFile, TuningOptions
+
+    return TuningOptions(
         num_measure_trials=args.trials or DEFAULT_TRIALS_PER_TASK * len(tasks),
         num_measures_per_round=args.per_round,
         early_stopping=args.early_stopping,
@@ -214,7 +234,43 @@ def _scheduler_and_options(
         runner=runner,
         measure_callbacks=[RecordToFile(args.output)],
     )
-    return scheduler, options, builder, runner
+
+
+def _calibrate(
+    args: argparse.Namespace,
+    graph: Graph,
+    params: Params,
+    tasks: Sequence[SearchTask],
+    weights: Sequence[int],
+    builder: LocalBuilder,
+    runner: TimingRunner,
+) -> Calibration | None:
+    """With --timing auto: calibrate (ember.autoschedule.calibration), print what it
+    measured and set the runner's timing; the user's --number/--repeat/--min-repeat-ms
+    apply to the chosen timing. None when the timing was given."""
+    if args.timing != AUTO_TIMING:
+        return None
+    from ember import build
+    from ember.autoschedule.calibration import calibrate, set_random_inputs
+
+    if args.rpc_tracker is not None:
+        raise UsageError(
+            "--timing auto calibrates on this machine, but --rpc-tracker measures on boards: "
+            "give --timing (cold-weights, warm or cold)"
+        )
+    print("Calibrating the timing: building the network with default schedules", flush=True)
+    module = build(graph, tasks[0].target, params=params).load()
+    try:
+        set_random_inputs(module)
+        print(f"Calibrating the timing: timing {len(tasks)} default schedules alone", flush=True)
+        calibration = calibrate(module, tasks, weights, builder, runner)
+    finally:
+        module.close()
+    print("\n".join(calibration.table()))
+    args.timing = calibration.timing.value
+    _measure_defaults(args)
+    runner.set_timing(calibration.timing, args.number, args.repeat, args.min_repeat_ms)
+    return calibration
 
 
 def _tune(args: argparse.Namespace) -> int:
@@ -235,7 +291,17 @@ def _tune(args: argparse.Namespace) -> int:
         f"'{target}', {format_count(total)} FLOPs in all:"
     )
     print("\n".join(describe_tasks(tasks, weights)))
-    scheduler, options, builder, runner = _scheduler_and_options(args, tasks, weights)
+    scheduler = _scheduler(args, tasks, weights)  # first: it refuses a missing cost model
+    builder, runner = _measurers(args)
+    try:
+        calibration = _calibrate(args, graph, params, tasks, weights, builder, runner)
+        if calibration is not None:
+            scheduler.set_calibration(calibration)
+    except BaseException:
+        builder.close()
+        runner.close()
+        raise
+    options = _options(args, tasks, builder, runner)
     resumed = f", resuming from {args.tuning_records}" if args.tuning_records else ""
     print(
         f"Tuning {options.num_measure_trials} trials, {options.num_measures_per_round} per "
@@ -324,12 +390,13 @@ def _add_measure_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--timing",
-        choices=[timing.value for timing in Timing],
-        default=Timing.COLD_WEIGHTS.value,
-        help="what the CPU caches hold when a candidate's timed run starts (default "
-        "cold-weights). cold-weights: all but the kernel's weights, evicted to memory "
-        "before each run, as in a network: the input just written by the previous "
-        "kernel, the weights streamed. warm: everything, from the run before (runs in "
+        choices=[AUTO_TIMING, *(timing.value for timing in Timing)],
+        default=AUTO_TIMING,
+        help="what the CPU caches hold when a candidate's timed run starts (default auto: "
+        "the one whose times of the default schedules come closest to their times in the "
+        "network, measured before tuning). cold-weights: all but the kernel's weights, "
+        "evicted to memory before each run, as in a network: the input just written by "
+        "the previous kernel, the weights streamed. warm: everything, from the run before (runs in "
         "a loop; flatters weight-streaming layers). cold: nothing, the caches flushed "
         "(misranks layers whose inputs are hot; BENCHMARKS.md)",
     )

@@ -1,0 +1,159 @@
+"""Does tuning pay off, and does its estimate hold? One network, end to end, as a user
+runs it: `ember tune`, then the tuned artifact, the untuned one and ONNX Runtime timed
+side by side.
+
+    python benchmarks/tune_network.py MODEL [--trials 2000] [--seed 0] [--threads 2]
+        [--timing auto] [--records LOG] [--repeat 20] [--block 5] [--extra ARG ...]
+
+MODEL is an .onnx file or a built-in workload (exported to ONNX as benchmarks/compare.py
+does, so that every runtime reads the same file). Steps:
+
+1. `ember tune MODEL.onnx --trials N --seed S -o LOG` in a fresh process (skipped with
+   --records, which times an existing log): its wall time, the search / build / run
+   split and the estimated end-to-end latency it prints;
+2. `ember compile` with and without the log;
+3. the tuned artifact, the untuned one and an ONNX Runtime session (all with --threads
+   threads, the same seeded input) timed in alternating blocks (compare.py's method:
+   `--repeat` rounds of `--block` runs of each, each block after settling), medians;
+4. printed: the estimate / the tuned artifact's median (the issue's "within 5%"),
+   tuned / ORT, untuned / ORT, and the largest output difference from ORT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from compare import _compile, _inputs, _onnx_file, _ort_session, _settle
+
+
+def _parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", help=".onnx file or built-in workload")
+    parser.add_argument("--trials", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--timing", default="auto", help="ember tune --timing (auto)")
+    parser.add_argument("--records", help="time this existing log instead of tuning")
+    parser.add_argument("--keep", help="directory to keep the log and artifacts in")
+    parser.add_argument("--repeat", type=int, default=20, help="alternating rounds")
+    parser.add_argument("--block", type=int, default=5, help="timed runs per round and runtime")
+    parser.add_argument("--settle-ms", type=float, default=100)
+    parser.add_argument("--batch-size", type=int, default=1, help="for built-in workloads")
+    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--input-shapes")
+    parser.add_argument(
+        "--extra", nargs=argparse.REMAINDER, default=[], help="more `ember tune` arguments"
+    )
+    return parser.parse_args()
+
+
+def tune(onnx_path: Path, log: Path, args: argparse.Namespace) -> tuple[float, str]:
+    """Run `ember tune`, echoing its output; its wall time and output."""
+    command = [sys.executable, "-m", "ember.cli", "tune", str(onnx_path), "-o", str(log)]
+    command += ["--target", args.target, "--trials", str(args.trials), "--seed", str(args.seed)]
+    command += ["--timing", args.timing, *args.extra]
+    if args.input_shapes:
+        command += ["--input-shapes", args.input_shapes]
+    print("$", " ".join(command[2:]), flush=True)
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if not line.startswith("|"):  # the per-round tables: too long to echo
+            print("  " + line, end="", flush=True)
+    if process.wait() != 0:
+        sys.exit("ember tune failed")
+    return time.perf_counter() - start, "".join(lines)
+
+
+def estimated_ms(output: str) -> float | None:
+    """The last 'Estimated end-to-end latency: X ms' (or us) of `ember tune`'s output."""
+    found = re.findall(r"Estimated end-to-end latency: ([\d.]+) (ms|us)", output)
+    if not found:
+        return None
+    value, unit = found[-1]
+    return float(value) * (1e-3 if unit == "us" else 1.0)
+
+
+def time_alternately(
+    runners: Sequence[Callable[[], object]], args: argparse.Namespace
+) -> list[float]:
+    """Median ms of each runner: `--repeat` rounds, each a block of `--block` timed runs
+    of every runner in turn after settling."""
+    samples: list[list[float]] = [[] for _ in runners]
+    for _ in range(args.repeat):
+        for run, times in zip(runners, samples, strict=True):
+            _settle(run, args.settle_ms)
+            for _ in range(args.block):
+                start = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - start)
+    return [1e3 * statistics.median(times) for times in samples]
+
+
+def main() -> None:
+    args = _parse()
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    from ember.runtime import load
+
+    with tempfile.TemporaryDirectory(prefix="ember-tune-") as scratch:
+        work = Path(args.keep or scratch)
+        work.mkdir(parents=True, exist_ok=True)
+        onnx_path = _onnx_file(args.model, args, work)
+        name = Path(args.model).stem
+        estimate = None
+        if args.records:
+            log = Path(args.records)
+        else:
+            log = work / f"{name}.records.json"
+            log.unlink(missing_ok=True)
+            wall, output = tune(onnx_path, log, args)
+            estimate = estimated_ms(output)
+            print(f"tuning wall time {wall:.0f} s", flush=True)
+        tuned, untuned = work / f"{name}.tuned.tar", work / f"{name}.untuned.tar"
+        compile_args = argparse.Namespace(
+            target=args.target, input_shapes=args.input_shapes, tuning_records=str(log)
+        )
+        _compile(onnx_path, tuned, compile_args, None)
+        compile_args.tuning_records = None
+        _compile(onnx_path, untuned, compile_args, None)
+        modules = [load(tuned), load(untuned)]
+        session = _ort_session(onnx_path, args.threads)
+        feed = _inputs(modules[0].inputs)
+        for module in modules:
+            for input_name, array in feed.items():
+                module.set_input(input_name, array)
+        runners = [modules[0].run, modules[1].run, lambda: session.run(None, feed)]
+        tuned_ms, untuned_ms, ort_ms = time_alternately(runners, args)
+        theirs = session.run(None, feed)
+        diff = max(
+            float(np.max(np.abs(modules[0].get_output(i) - want))) for i, want in enumerate(theirs)
+        )
+    print(
+        f"{name}: tuned {tuned_ms:.3f} ms, untuned {untuned_ms:.3f} ms, ORT {ort_ms:.3f} ms; "
+        f"tuned/ORT {tuned_ms / ort_ms:.3f}, untuned/ORT {untuned_ms / ort_ms:.3f}, "
+        f"max |tuned - ORT| {diff:.2e}"
+    )
+    if estimate is not None:
+        print(
+            f"{name}: estimate {estimate:.3f} ms / tuned {tuned_ms:.3f} ms = "
+            f"{estimate / tuned_ms:.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""Choosing the timing mode by measurement, and what a kernel's time alone says about
+its time in the network.
+
+    module = ember.build(graph, "llvm", params=params).load()   # default schedules
+    set_random_inputs(module)
+    calibration = calibrate(module, tasks, weights, builder, runner)
+    TaskScheduler(tasks, weights, calibration=calibration).tune(options)
+
+A candidate is timed alone, in a helper process, but runs inside the network, where
+caches hold what the previous kernel wrote, the weights stream from memory and the
+threads wake from the previous kernel's barrier. Which `Timing` of a lone kernel comes
+closest depends on the machine (its cache sizes, its memory bandwidth, its cores): on
+one Zen 5 `cold-weights` timing was within 2% of the network; on a Zen 4, 21% below
+it. So it is measured here rather than fixed:
+
+1. the network is built with its default schedules and profiled (`Module.profile`, the
+   median over `repeat` runs of each step's time: the in-network time of each task's
+   default schedule, and of the steps that are no task's: copies, simple groups);
+2. each task's default schedule is built and timed alone under every `Timing`;
+3. the timing whose lone times come closest to the in-network times (the summed
+   absolute error, each task counted as often as the network runs it) is chosen.
+
+The per-task ratio in-network / alone (under the chosen timing) then corrects the
+tuning's estimate: a tuned schedule is assumed to keep its default's ratio, and the
+steps no task covers are added as measured. That is the estimate the task scheduler
+optimises and prints (`Calibration.estimate`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from ember.autoschedule.measure import Builder, MeasureInput, Runner, Timing, release
+from ember.autoschedule.task import SearchTask
+from ember.errors import EmberError
+from ember.runtime.module import Module, ModuleInfo
+from ember.runtime.profile import Profile
+from ember.schedule.default import default_schedule
+
+# Profiled runs of the network; each step's time is their median.
+CALIBRATION_REPEAT = 20
+# Which timing wins a tie (equal errors): the one that models a network best by design.
+TIMING_PREFERENCE = (Timing.COLD_WEIGHTS, Timing.WARM, Timing.COLD)
+
+
+class CalibrationError(EmberError):
+    """The network could not be profiled, or no task's default schedule could be timed."""
+
+
+class TimingSettable(Runner, Protocol):
+    """What calibration needs of a runner: it runs candidates, timed as `set_timing`
+    says (TimingRunner)."""
+
+    def set_timing(self, timing: Timing) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTimes:
+    """One task's default schedule: seconds per call inside the network (the mean over
+    the groups that run it), and alone under each timing that could time it."""
+
+    in_network: float
+    alone: Mapping[Timing, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """The outcome of `calibrate`: the chosen timing, each task's times (in the
+    scheduler's task order) and the steps of the network that are no task's."""
+
+    timing: Timing
+    tasks: tuple[TaskTimes, ...]
+    weights: tuple[int, ...]
+    untuned_seconds: float  # per network run: steps no task covers
+    network_seconds: float  # per network run: the profile's total
+
+    def error(self, timing: Timing) -> float:
+        """How far the lone times under `timing` are from the in-network ones: the sum
+        over tasks of weight * |alone - in network|, as a share of the tasks' in-network
+        total (inf when some task could not be timed this way)."""
+        tasks_total, missed = 0.0, 0.0
+        for weight, times in zip(self.weights, self.tasks, strict=True):
+            if not times.alone:  # no timing could run it: it tells the timings nothing
+                continue
+            tasks_total += weight * times.in_network
+            missed += weight * abs(times.alone.get(timing, math.inf) - times.in_network)
+        return missed / tasks_total if tasks_total > 0 else math.inf
+
+    def ratios(self) -> tuple[float, ...]:
+        """Per task: in-network / alone time of its default schedule under the chosen
+        timing (1 where that could not be measured)."""
+        ratios = []
+        for times in self.tasks:
+            alone = times.alone.get(self.timing, math.nan)
+            usable = alone > 0 and math.isfinite(alone) and times.in_network > 0
+            ratios.append(times.in_network / alone if usable else 1.0)
+        return tuple(ratios)
+
+    def estimate(self, best_costs: Sequence[float]) -> float:
+        """The network's latency in seconds with each task at `best_costs` (alone, under
+        the chosen timing): each corrected by its task's ratio, plus the untuned steps."""
+        corrected = zip(best_costs, self.weights, self.ratios(), strict=True)
+        return sum(cost * weight * ratio for cost, weight, ratio in corrected) + (
+            self.untuned_seconds
+        )
+
+    def table(self) -> list[str]:
+        """What `ember tune` prints: each timing's error and estimate of the untuned
+        network, against the profile."""
+        lines = [
+            f"Timing calibration: the network with default schedules runs in "
+            f"{self.network_seconds * 1e3:.3f} ms ({self.untuned_seconds * 1e3:.3f} ms of it "
+            "in steps no task covers); its tasks' default schedules timed alone:",
+            f"  {'timing':<13} {'error':>7} {'estimate (ms)':>14}",
+        ]
+        for timing in TIMING_PREFERENCE:
+            error = self.error(timing)
+            total = sum(
+                w * t.alone.get(timing, math.inf)
+                for w, t in zip(self.weights, self.tasks, strict=True)
+            )
+            chosen = "  <- chosen" if timing is self.timing else ""
+            shown = f"{error * 100:6.1f}%" if math.isfinite(error) else f"{'-':>7}"
+            estimate = (total + self.untuned_seconds) * 1e3
+            shown_estimate = f"{estimate:14.3f}" if math.isfinite(estimate) else f"{'-':>14}"
+            lines.append(f"  {timing.value:<13} {shown} {shown_estimate}{chosen}")
+        return lines
+
+
+def choose_timing(tasks: Sequence[TaskTimes], weights: Sequence[int]) -> Timing:
+    """The timing with the smallest `Calibration.error` (ties: TIMING_PREFERENCE)."""
+    trial = Calibration(Timing.COLD_WEIGHTS, tuple(tasks), tuple(weights), 0.0, 0.0)
+    errors = {timing: trial.error(timing) for timing in TIMING_PREFERENCE}
+    best = min(
+        TIMING_PREFERENCE, key=lambda timing: (errors[timing], TIMING_PREFERENCE.index(timing))
+    )
+    if not math.isfinite(errors[best]):
+        raise CalibrationError(
+            "no timing could time every task's default schedule; choose one with --timing"
+        )
+    return best
+
+
+class ProfiledModule(Protocol):
+    """What calibration needs of the network: a runtime Module (`ember.build(...).load()`)
+    or a RemoteModule, its inputs set."""
+
+    @property
+    def info(self) -> ModuleInfo: ...
+
+    def profile(self, repeat: int = 10) -> Profile: ...
+
+
+def in_network_times(
+    module: ProfiledModule, tasks: Sequence[SearchTask], repeat: int = CALIBRATION_REPEAT
+) -> tuple[list[float], float, float]:
+    """Profile `module` (the network, built with default schedules) and return per task
+    the mean seconds per call of its groups, the seconds of the steps no task covers,
+    and the profile's total."""
+    profile = module.profile(repeat=repeat)
+    groups = {group.name: group.workload_key for group in module.info.groups}
+    index_of = {task.workload_key: index for index, task in enumerate(tasks)}
+    seconds: dict[int, list[float]] = defaultdict(list)
+    untuned = 0.0
+    for row in profile.rows:
+        index = index_of.get(groups.get(row.group) or "")
+        if index is None:
+            untuned += row.seconds
+        else:
+            seconds[index].append(row.seconds)
+    missing = [
+        tasks[i].desc or tasks[i].workload_key for i in range(len(tasks)) if i not in seconds
+    ]
+    if missing:
+        raise CalibrationError(
+            f"the profile of the network has no step for the task(s) {missing[:3]}: the "
+            "tasks must come from the module's graph and target (extract_tasks)"
+        )
+    per_call = [sum(seconds[i]) / len(seconds[i]) for i in range(len(tasks))]
+    return per_call, untuned, profile.total_seconds
+
+
+def set_random_inputs(module: Module, seed: int = 0) -> None:
+    """Give each input of `module` random values: normal floats, zero integers (zero is
+    in range for any index or id)."""
+    rng = np.random.default_rng(seed)
+    for spec in module.info.inputs:
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "f":
+            module.set_input(spec.name, rng.standard_normal(spec.shape).astype(dtype))
+        else:
+            module.set_input(spec.name, np.zeros(spec.shape, dtype))
+
+
+def time_defaults_alone(
+    tasks: Sequence[SearchTask], builder: Builder, runner: TimingSettable
+) -> list[dict[Timing, float]]:
+    """Per task, the mean seconds of its default schedule alone under each timing that
+    could time it (a timing that failed is left out)."""
+    inputs = [MeasureInput(task, default_schedule(task.compute_dag, task.target)) for task in tasks]
+    built = builder.build(inputs)
+    times: list[dict[Timing, float]] = [{} for _ in tasks]
+    try:
+        for timing in TIMING_PREFERENCE:
+            runner.set_timing(timing)
+            for index, result in enumerate(runner.run(inputs, built)):
+                if result.ok:
+                    times[index][timing] = result.mean_cost
+    finally:
+        release(built)
+    return times
+
+
+def calibrate(
+    module: ProfiledModule,
+    tasks: Sequence[SearchTask],
+    weights: Sequence[int],
+    builder: Builder,
+    runner: TimingSettable,
+    repeat: int = CALIBRATION_REPEAT,
+) -> Calibration:
+    """Profile `module` (the network of `tasks`, built with default schedules, inputs
+    set: `set_random_inputs`), time each task's default schedule alone under every
+    timing and choose the timing closest to the network (see the module docstring).
+    Leaves `runner` timing as chosen, with that timing's default settings."""
+    if not tasks:
+        raise CalibrationError("there are no tasks to calibrate")
+    in_network, untuned, total = in_network_times(module, tasks, repeat)
+    alone = time_defaults_alone(tasks, builder, runner)
+    times = tuple(TaskTimes(net, lone) for net, lone in zip(in_network, alone, strict=True))
+    timing = choose_timing(times, weights)
+    runner.set_timing(timing)
+    return Calibration(timing, times, tuple(weights), untuned, total)

@@ -1,0 +1,190 @@
+"""Timing calibration (ember.autoschedule.calibration) with a fake network profile and a
+fake runner: it picks the timing whose lone times match the network, corrects the
+estimate by each task's in-network / alone ratio and adds the steps no task covers; the
+scheduler uses it; and the real thing on a small network, end to end."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytest
+from fake_measure import SMALL_SEARCH, FakeBuilder, dense_relu_task
+
+import ember
+from ember.autoschedule import LocalBuilder, LocalRunner, SearchTask, extract_tasks
+from ember.autoschedule.calibration import (
+    Calibration,
+    CalibrationError,
+    TaskTimes,
+    calibrate,
+    choose_timing,
+    set_random_inputs,
+)
+from ember.autoschedule.measure import BuildResult, MeasureInput, MeasureResult, Timing
+from ember.autoschedule.records import ErrorKind
+from ember.autoschedule.task_scheduler import TaskScheduler
+from ember.autoschedule.tuning import TuningError
+from ember.cli_commands.common import load_model
+from ember.runtime.profile import GroupInfo, Profile
+
+# Seconds per call inside the network, per task; the fake runner's lone times are these
+# times a factor that depends on the timing.
+IN_NETWORK = {"big": 4e-3, "small": 1e-4}
+
+
+@dataclass
+class FakeInfo:
+    groups: tuple[GroupInfo, ...]
+
+
+class FakeModule:
+    """A network of groups big, small, big (the big task runs twice) and a copy step."""
+
+    def __init__(self, tasks: Sequence[SearchTask]) -> None:
+        big, small = tasks
+        self.steps = [
+            ("g0", big.workload_key, IN_NETWORK["big"] * 1.1),
+            ("g1", small.workload_key, IN_NETWORK["small"]),
+            ("g2", big.workload_key, IN_NETWORK["big"] * 0.9),
+            ("copy", None, 5e-5),
+        ]
+        self.info = FakeInfo(
+            tuple(GroupInfo(name, "kernel", name, key, None) for name, key, _ in self.steps)
+        )
+        self.repeats: list[int] = []
+
+    def profile(self, repeat: int = 10) -> Profile:
+        self.repeats.append(repeat)
+        names = [name for name, _, _ in self.steps]
+        seconds = [time for _, _, time in self.steps]
+        return Profile.from_steps(names, names, seconds, self.info.groups, repeat)
+
+
+class TimingRunner:
+    """Times each task as IN_NETWORK x factors[timing]; a timing missing from
+    `factors` fails every candidate (a runtime error)."""
+
+    def __init__(self, factors: dict[Timing, float]) -> None:
+        self.factors = factors
+        self.timing = Timing.WARM
+        self.timings: list[Timing] = []
+
+    def set_timing(self, timing: Timing) -> None:
+        self.timing = timing
+        self.timings.append(timing)
+
+    def run(
+        self, inputs: Sequence[MeasureInput], build_results: Sequence[BuildResult]
+    ) -> list[MeasureResult]:
+        factor = self.factors.get(self.timing)
+        if factor is None:
+            return [MeasureResult((), ErrorKind.RUNTIME, "cannot") for _ in inputs]
+        return [MeasureResult((IN_NETWORK[i.task.desc] * factor,)) for i in inputs]
+
+    def check(self, measure_input: MeasureInput, build_result: BuildResult) -> MeasureResult:
+        return MeasureResult(())
+
+
+@pytest.fixture(scope="module")
+def tasks() -> list[SearchTask]:
+    return [dense_relu_task(16, 32, 24, "big"), dense_relu_task(8, 16, 8, "small")]
+
+
+@pytest.mark.parametrize("right", list(Timing))
+def test_calibration_picks_the_timing_the_runner_makes_right(
+    tasks: list[SearchTask], right: Timing
+) -> None:
+    factors = {timing: 0.6 if timing is Timing.WARM else 1.7 for timing in Timing}
+    factors[right] = 1.02
+    runner, module, builder = TimingRunner(factors), FakeModule(tasks), FakeBuilder()
+    calibration = calibrate(module, tasks, [2, 1], builder, runner, repeat=7)
+    assert calibration.timing is right and runner.timing is right
+    assert module.repeats == [7]
+    # Each task's default schedule is built once and timed under every timing.
+    assert [desc for desc, _ in builder.built] == ["big", "small"]
+    assert sorted(runner.timings[:3], key=str) == sorted(Timing, key=str)
+    assert calibration.untuned_seconds == pytest.approx(5e-5)
+    assert calibration.network_seconds == pytest.approx(2 * 4e-3 + 1e-4 + 5e-5)
+    big, small = calibration.tasks
+    assert big.in_network == pytest.approx(4e-3)  # the mean of its two groups
+    assert small.alone[right] == pytest.approx(1.02e-4)
+    assert calibration.error(right) == pytest.approx(0.02)
+    assert calibration.ratios() == pytest.approx((1 / 1.02, 1 / 1.02))
+    table = "\n".join(calibration.table())
+    assert f"{right.value}" in table and "<- chosen" in table and "8.150 ms" in table
+
+
+def test_the_estimate_corrects_each_task_and_adds_the_untuned_steps() -> None:
+    times = (
+        TaskTimes(2e-3, {Timing.COLD_WEIGHTS: 1e-3, Timing.WARM: 0.5e-3}),
+        TaskTimes(1e-4, {Timing.COLD_WEIGHTS: 1e-4, Timing.WARM: 1e-4}),
+    )
+    calibration = Calibration(Timing.COLD_WEIGHTS, times, (3, 1), 2e-4, 7e-3)
+    assert calibration.ratios() == pytest.approx((2.0, 1.0))
+    # Tuned to 0.8 ms alone, the first task is expected at 1.6 ms in the network.
+    assert calibration.estimate([0.8e-3, 1e-4]) == pytest.approx(3 * 1.6e-3 + 1e-4 + 2e-4)
+    # error: weight x |alone - in network|, over the in-network total.
+    assert calibration.error(Timing.COLD_WEIGHTS) == pytest.approx(3e-3 / 6.1e-3)
+    assert calibration.error(Timing.WARM) == pytest.approx(4.5e-3 / 6.1e-3)
+    assert math.isinf(calibration.error(Timing.COLD))  # no task timed cold
+    assert choose_timing(times, (3, 1)) is Timing.COLD_WEIGHTS
+
+
+def test_a_task_no_timing_could_run_is_left_out_and_a_tie_goes_to_cold_weights() -> None:
+    same = {timing: 1e-3 for timing in Timing}
+    times = (TaskTimes(1e-3, same), TaskTimes(5e-3, {}))
+    assert choose_timing(times, (1, 1)) is Timing.COLD_WEIGHTS
+    calibration = Calibration(Timing.COLD_WEIGHTS, times, (1, 1), 0.0, 6e-3)
+    assert calibration.ratios() == (1.0, 1.0)  # the unmeasured task keeps its lone time
+    with pytest.raises(CalibrationError, match="choose one with --timing"):
+        choose_timing((TaskTimes(5e-3, {}),), (1,))
+
+
+def test_a_profile_without_the_tasks_is_refused(tasks: list[SearchTask]) -> None:
+    other = [dense_relu_task(4, 4, 4, "big"), dense_relu_task(4, 8, 4, "small")]
+    with pytest.raises(CalibrationError, match="has no step for the task"):
+        calibrate(FakeModule(tasks), other, [1, 1], FakeBuilder(), TimingRunner({}))
+
+
+def test_the_scheduler_estimates_and_chooses_with_the_calibration(
+    tasks: list[SearchTask],
+) -> None:
+    times = (TaskTimes(3e-3, {Timing.WARM: 1e-3}), TaskTimes(1e-4, {Timing.WARM: 1e-4}))
+    calibration = Calibration(Timing.WARM, times, (1, 1), 5e-4, 4e-3)
+    plain = TaskScheduler(tasks, [1, 1], cost_model="random", search_params=SMALL_SEARCH)
+    calibrated = TaskScheduler(
+        tasks, [1, 1], cost_model="random", search_params=SMALL_SEARCH, calibration=calibration
+    )
+    for scheduler in (plain, calibrated):
+        scheduler.tuners[0].best_cost, scheduler.tuners[0].trials = 1e-3, 8
+        scheduler.tuners[1].best_cost, scheduler.tuners[1].trials = 1e-4, 8
+    assert plain._estimate() == pytest.approx(1.1e-3)
+    assert calibrated._estimate() == pytest.approx(3e-3 + 1e-4 + 5e-4)
+    # A task that runs 3x slower in the network is worth 3x more trials' gain.
+    assert calibrated.expected_gain(0) == pytest.approx(3 * plain.expected_gain(0))
+    result = calibrated._result(1.0, False, [])
+    assert result.estimated_latency == pytest.approx(3.6e-3)
+    with pytest.raises(TuningError, match="calibration has 1 tasks"):
+        calibrated.set_calibration(Calibration(Timing.WARM, times[:1], (1,), 0.0, 1e-3))
+
+
+def test_calibrating_a_real_network_measures_every_timing() -> None:
+    # The built-in MLP, built and profiled here, its defaults timed by the local runner:
+    # which timing wins depends on the machine, so only what was measured is checked.
+    graph, params = load_model("mlp", {"data": (1, 3, 8, 8)})
+    tasks, weights = extract_tasks(graph, params, "llvm")
+    module = ember.build(graph, "llvm", params=params).load()
+    set_random_inputs(module)
+    with LocalBuilder(n_parallel=1) as builder, LocalRunner() as runner:
+        calibration = calibrate(module, tasks, weights, builder, runner, repeat=3)
+        assert runner.timing is calibration.timing
+    module.close()
+    assert len(calibration.tasks) == len(tasks) == 4
+    for times in calibration.tasks:
+        assert times.in_network > 0 and set(times.alone) == set(Timing)
+    assert 0 <= calibration.untuned_seconds < calibration.network_seconds
+    assert all(ratio > 0 for ratio in calibration.ratios())
+    estimate = calibration.estimate([t.alone[calibration.timing] for t in calibration.tasks])
+    assert estimate == pytest.approx(calibration.network_seconds, rel=1e-6)
