@@ -193,7 +193,9 @@ def _resize_axis(data: np.ndarray, axis: int, attrs: ResizeAttrs) -> np.ndarray:
 def _resize_reference(inputs: Sequence[np.ndarray], attrs: ResizeAttrs) -> tuple[np.ndarray, ...]:
     (data,) = inputs
     result = data if attrs.mode == "nearest" else data.astype(np.float64)
-    for axis in range(data.ndim):
+    # Axes that shrink first, those that grow last: the intermediate results stay as
+    # small as they can (growing the batch 2**20 times first made 4 GiB of them).
+    for axis in sorted(range(data.ndim), key=lambda axis: attrs.sizes[axis] / data.shape[axis]):
         result = _resize_axis(result, axis, attrs)
     return (result.astype(data.dtype),)
 

@@ -4,6 +4,8 @@ the type-inference errors a user sees."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from onnx_node_runner import F32, assert_close, random_array, run_onnx_node, type_error
@@ -89,6 +91,24 @@ def test_cubic_matches_onnxruntime(
         exclude_outside=exclude_outside,
         cubic_coeff_a=-0.5,
     )
+
+
+def test_axes_that_shrink_are_resized_before_those_that_grow() -> None:
+    # Found by atheris: growing a batch of 2 to 2**20 before shrinking 126 channels to 1
+    # made 4 GiB of intermediate results for a 4 MiB output.
+    x = np.random.default_rng(0).random((2, 126, 4, 4)) < 0.5
+    attrs = ResizeAttrs(sizes=(4096, 1, 2, 2), scales=(2048.0, 1 / 126, 0.5, 0.5))
+    tracemalloc.start()
+    try:
+        (ours,) = evaluate("resize", [x], attrs)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20  # growing first would hold 4096 x 126 x 16 bytes (8 MiB)
+    # One channel of 126, half-pixel: source (0 + 0.5) * 126 - 0.5 = 62.5, rounded down.
+    only = ResizeAttrs((4096, 1, 2, 2), (2048.0, 1, 0.5, 0.5))
+    expected = evaluate("resize", [x[:, 62:63]], only)
+    assert ours.shape == (4096, 1, 2, 2) and np.array_equal(ours, expected[0])
 
 
 def test_scales_with_borderline_float32_products() -> None:
