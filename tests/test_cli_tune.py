@@ -102,6 +102,7 @@ def test_resume_measures_nothing_twice(
     # defined.
     assert "Estimated end-to-end latency: " in out and "in-network/alone ratio" in out
     assert "Timing calibration: the network with default schedules runs in" in out
+    assert "Measured in the network: " in out and "the estimate is " in out
 
 
 def _wait_for_records(log: Path, process: subprocess.Popen[str], timeout: float) -> None:

@@ -142,6 +142,17 @@ def test_a_task_no_timing_could_run_is_left_out_and_a_tie_goes_to_cold_weights()
         choose_timing((TaskTimes(5e-3, {}),), (1,))
 
 
+def test_another_timing_must_beat_cold_weights_by_a_margin() -> None:
+    # In-network 1 ms; cold-weights 12% off. Warm 10% off is not enough to switch (the
+    # defaults do not show what warm timing hides, see PREFERENCE_MARGIN); 5% is.
+    def times(warm: float) -> tuple[TaskTimes, ...]:
+        alone = {Timing.COLD_WEIGHTS: 1.12e-3, Timing.WARM: warm, Timing.COLD: 2e-3}
+        return (TaskTimes(1e-3, alone),)
+
+    assert choose_timing(times(0.90e-3), (1,)) is Timing.COLD_WEIGHTS
+    assert choose_timing(times(0.95e-3), (1,)) is Timing.WARM
+
+
 def test_a_profile_without_the_tasks_is_refused(tasks: list[SearchTask]) -> None:
     other = [dense_relu_task(4, 4, 4, "big"), dense_relu_task(4, 8, 4, "small")]
     with pytest.raises(CalibrationError, match="has no step for the task"):
