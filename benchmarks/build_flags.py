@@ -1,0 +1,103 @@
+"""What a tuning candidate's build costs, and what compiler flags would save: each
+candidate lowered and rendered, then compiled with every flag variant and timed alone.
+
+    python benchmarks/build_flags.py [MODEL] [--tasks 4] [--per-task 12]
+
+Takes MODEL's (default resnet-18) largest tasks, samples `--per-task` random candidates
+of each (the tuner's first-round sampler), and for each flag variant (the toolchain's
+-O3 flags with -O2 and/or -fno-ivopts added last, which override) reports the median
+wall time of lowering + rendering + compiling + linking one candidate, and the
+candidates' kernel times (cold-weights timing, the LocalRunner) relative to -O3's:
+median and geometric mean of the per-candidate ratios. Lowering and rendering alone
+are timed separately once per candidate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from ember.autoschedule import LocalRunner, Timing, extract_tasks
+from ember.autoschedule.annotate import sample_initial_population
+from ember.autoschedule.builder import KERNEL_NAME
+from ember.autoschedule.measure import ArgSpec, BuildResult, MeasureInput
+from ember.autoschedule.sketch import generate_sketches
+from ember.backend import generate_kernel
+from ember.cli_commands.common import load_model
+from ember.schedule.lower import lower
+from ember.toolchain import find_compiler
+
+VARIANTS = {
+    "-O3": [],
+    "-O2": ["-O2"],
+    "-O3 -fno-ivopts": ["-fno-ivopts"],
+    "-O2 -fno-ivopts": ["-O2", "-fno-ivopts"],
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", nargs="?", default="resnet-18")
+    parser.add_argument("--tasks", type=int, default=4)
+    parser.add_argument("--per-task", type=int, default=12)
+    args = parser.parse_args()
+    graph, params = load_model(args.model)
+    tasks, _ = extract_tasks(graph, params, "llvm")
+    tasks = sorted(tasks, key=lambda task: -task.flop_count)[: args.tasks]
+    compiler = find_compiler("llvm")
+    work = Path(tempfile.mkdtemp(prefix="ember-flags-"))
+    build_times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    ratios: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    lowering: list[float] = []
+    with LocalRunner.for_timing(Timing.COLD_WEIGHTS) as runner:
+        for number, task in enumerate(tasks):
+            rng = random.Random(number)
+            states = sample_initial_population(task, generate_sketches(task), args.per_task, rng)
+            inputs = [MeasureInput(task, state) for state in states]
+            costs: dict[str, list[float]] = {}
+            for variant, (name, flags) in enumerate(VARIANTS.items()):
+                built = []
+                for index, state in enumerate(states):
+                    library = work / f"{number}-{index}-{variant}.so"
+                    start = time.perf_counter()
+                    kernel = generate_kernel(lower(state, KERNEL_NAME), "llvm")
+                    if name == "-O3":
+                        lowering.append(time.perf_counter() - start)
+                    source = library.with_suffix(".c")
+                    source.write_text(kernel.source)
+                    argv = compiler.argv("-shared", str(source), "-o", str(library), *flags)
+                    subprocess.run(argv, check=True, capture_output=True)
+                    build_times[name].append(time.perf_counter() - start)
+                    arguments = tuple(
+                        ArgSpec(
+                            tuple(int(n) for n in buffer.shape),
+                            buffer.dtype,
+                            buffer in kernel.outputs,
+                            position in task.weight_inputs,
+                        )
+                        for position, buffer in enumerate(kernel.args)
+                    )
+                    built.append(BuildResult(str(library), kernel.packed_symbol, arguments))
+                costs[name] = [result.mean_cost for result in runner.run(inputs, built)]
+            for name in VARIANTS:
+                ratios[name] += [
+                    cost / base for cost, base in zip(costs[name], costs["-O3"], strict=True)
+                    if cost < float("inf") and base < float("inf")
+                ]  # fmt: skip
+            print(task.desc, {name: f"{min(c) * 1e3:.3f} ms" for name, c in costs.items()})
+    print(f"lower + render: median {statistics.median(lowering) * 1e3:.0f} ms")
+    for name in VARIANTS:
+        print(
+            f"{name:16s} build median {statistics.median(build_times[name]) * 1e3:.0f} ms; "
+            f"kernel time / -O3: median {statistics.median(ratios[name]):.3f}, "
+            f"geometric mean {statistics.geometric_mean(ratios[name]):.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""Per task, does the estimate hold? The in-network / alone ratio of each task's default
+schedule against what its tuned schedule does in the network.
+
+    python benchmarks/tuned_tasks.py MODEL RECORDS [--repeat 30]
+
+MODEL is an .onnx file or a built-in workload; RECORDS an `ember tune -o` log for it.
+Calibrates as `ember tune --timing auto` does (the network with default schedules
+profiled, each default timed alone under every timing), then builds the network with
+the records and profiles it, back to back. Per task: the default's time in the network
+and alone (cold-weights / warm / cold), its ratio under the chosen timing, the best
+time alone in the records, the prediction (best x ratio), the tuned schedule's measured
+time in the network, and prediction / measured; then the sums.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections import defaultdict
+
+import ember
+from ember.autoschedule import LocalBuilder, LocalRunner, extract_tasks, load_records
+from ember.autoschedule.calibration import (
+    TIMING_PREFERENCE,
+    calibrate,
+    in_network_times,
+    set_random_inputs,
+)
+from ember.cli_commands.common import load_model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("records")
+    parser.add_argument("--repeat", type=int, default=30, help="profiled runs (30)")
+    args = parser.parse_args()
+    graph, params = load_model(args.model)
+    tasks, weights = extract_tasks(graph, params, "llvm")
+    untuned = ember.build(graph, "llvm", params=params).load()
+    set_random_inputs(untuned)
+    with LocalBuilder() as builder, LocalRunner() as runner:
+        calibration = calibrate(untuned, tasks, weights, builder, runner, args.repeat)
+    untuned.close()
+    print("\n".join(calibration.table()))
+    tuned = ember.build(graph, "llvm", params=params, tuning_records=args.records).load()
+    set_random_inputs(tuned)
+    measured, _, _ = in_network_times(tuned, tasks, args.repeat)
+    tuned.close()
+    best: dict[str, float] = defaultdict(lambda: math.inf)
+    for record in load_records(args.records):
+        best[record.task.workload_key] = min(best[record.task.workload_key], record.mean_cost)
+    print(
+        f"{'task':28s} {'w':>2s} {'net def':>8s} {'alone def (cw/warm/cold)':>26s} "
+        f"{'ratio':>6s} {'best':>8s} {'pred net':>8s} {'meas net':>8s} {'pred/meas':>9s}"
+    )
+    sums: dict[str, float] = defaultdict(float)
+    ratios = calibration.ratios()
+    rows = zip(tasks, weights, calibration.tasks, ratios, measured, strict=True)
+    for task, weight, times, ratio, in_network in rows:
+        lone = best[task.workload_key]
+        predicted = lone * ratio
+        alone = "/".join(f"{times.alone.get(t, math.nan) * 1e3:.4f}" for t in TIMING_PREFERENCE)
+        print(
+            f"{task.desc[:28]:28s} {weight:2d} {times.in_network * 1e3:8.4f} {alone:>26s} "
+            f"{ratio:6.2f} {lone * 1e3:8.4f} {predicted * 1e3:8.4f} {in_network * 1e3:8.4f} "
+            f"{predicted / in_network:9.3f}"
+        )
+        sums["default in network"] += weight * times.in_network
+        sums["default alone"] += weight * times.alone.get(calibration.timing, math.nan)
+        sums["best alone"] += weight * lone
+        sums["predicted"] += weight * predicted
+        sums["measured"] += weight * in_network
+    print("; ".join(f"{name} {value * 1e3:.3f} ms" for name, value in sums.items()))
+
+
+if __name__ == "__main__":
+    main()
