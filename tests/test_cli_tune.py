@@ -105,6 +105,28 @@ def test_resume_measures_nothing_twice(
     assert "Measured in the network: " in out and "the estimate is " in out
 
 
+def test_records_train_a_cost_model_that_warm_starts_tuning(
+    tuned_log: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log, _ = tuned_log
+    model = tmp_path / "mlp.cost.npz"
+    code, out, _ = run_cli(capsys, "records", "train", log, "--model", SMALL_MLP[0],
+                           "--input-shapes", SMALL_MLP[2], "-o", model)  # fmt: skip
+    assert code == 0 and "trained on 16 record(s) of 2 task(s)" in out and model.is_file()
+    warm = tmp_path / "warm.json"
+    code, out, _ = run_cli(capsys, "tune", *SMALL_MLP, "--trials", "8", "--per-round", "8",
+                           "--seed", "0", "--min-repeat-ms", "0", "--timing", "warm",
+                           "--warm-start", model, "-o", warm)  # fmt: skip
+    assert code == 0 and len(load_records(warm)) == 8
+    # Records of another model's tasks.
+    code, _, err = run_cli(capsys, "records", "train", log, "--model", "squeezenet_v1.1",
+                           "-o", model)  # fmt: skip
+    assert code == 2 and "none of the records" in err
+    code, _, err = run_cli(capsys, "tune", *SMALL_MLP, "--warm-start", tmp_path / "no.npz",
+                           "-o", tmp_path / "w.json")  # fmt: skip
+    assert code == 2 and "--warm-start" in err and "records train" in err
+
+
 def _wait_for_records(log: Path, process: subprocess.Popen[str], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not (log.exists() and log.stat().st_size > 0):

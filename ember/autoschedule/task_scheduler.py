@@ -117,7 +117,10 @@ class TaskScheduler:
     `cost_model`: "xgb" (the learned model, `ember.autoschedule.xgb_model`), "random",
     or a CostModel. `load_log_file`: records of an earlier run; their states are not
     measured again, each task starts from its best, and the model learns from them.
-    `load_model_file`: a model saved by `XGBModel.save`, to start from."""
+    `load_model_file`: a model saved by `XGBModel.save`, to start from.
+    `base_model_file`: one (`ember records train`) to warm-start from: its trees score
+    candidates from the first round and the online model learns corrections to them
+    (`XGBModel.set_base`)."""
 
     def __init__(
         self,
@@ -130,6 +133,7 @@ class TaskScheduler:
         search_params: SearchParams | None = None,
         seed: int | None = None,
         calibration: Calibration | None = None,
+        base_model_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if not tasks:
             raise TuningError("there are no tasks to tune; does the model have any kernel?")
@@ -148,7 +152,7 @@ class TaskScheduler:
             self.set_calibration(calibration)
         self.strategy = strategy
         self.rng = random.Random(seed)
-        self.cost_model = _cost_model(cost_model, load_model_file, seed)
+        self.cost_model = _cost_model(cost_model, load_model_file, seed, base_model_file)
         self.tuners = [
             TaskTuner(task, self.cost_model, search_params, seed, weight=weight)
             for task, weight in zip(self.tasks, weights, strict=True)
@@ -345,8 +349,13 @@ def task_tag(task: SearchTask) -> str:
 
 
 def _cost_model(
-    choice: str | CostModel, load_model_file: str | os.PathLike[str] | None, seed: int | None
+    choice: str | CostModel,
+    load_model_file: str | os.PathLike[str] | None,
+    seed: int | None,
+    base_model_file: str | os.PathLike[str] | None = None,
 ) -> CostModel:
+    if base_model_file is not None and choice != "xgb":
+        raise TuningError("base_model_file needs cost_model='xgb' (it warm-starts an XGBModel)")
     if not isinstance(choice, str):
         if load_model_file is not None:
             raise TuningError("load_model_file needs cost_model='xgb' (it loads an XGBModel)")
@@ -361,6 +370,8 @@ def _cost_model(
         model = XGBModel(seed=seed)
         if load_model_file is not None:
             model.load(load_model_file)
+        if base_model_file is not None:
+            model.set_base(base_model_file)
         return model
     raise TuningError(f"unknown cost model {choice!r}; choose 'xgb' or 'random'")
 

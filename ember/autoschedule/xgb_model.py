@@ -135,6 +135,7 @@ class XGBModel:
         self._rng = random.Random(seed)
         self._samples: list[_Sample] = []
         self._booster: xgb.Booster | None = None
+        self._base: xgb.Booster | None = None  # a pretrained model (set_base), kept as is
         self._cache: dict[tuple[str, str], np.ndarray] = {}
         self._pool = FeaturePool(feature_helpers)
 
@@ -145,6 +146,31 @@ class XGBModel:
     @property
     def trained(self) -> bool:
         return self._booster is not None
+
+    @property
+    def pretrained(self) -> bool:
+        """Whether predictions start from a base model (`set_base`)."""
+        return self._base is not None
+
+    def set_base(self, base: XGBModel | str | os.PathLike[str]) -> None:
+        """Warm-start from `base`, a model trained on other records (an XGBModel, or a
+        file `save` wrote): its trees stay as they are and score every program from
+        the first round on, where this model would score at random until warm-up;
+        this model's own trees, trained on what it measures, are fitted on top of
+        them (XGBoost's base margin), so they learn what the base has wrong for this
+        machine and these tasks."""
+        if not isinstance(base, XGBModel):
+            loaded = XGBModel()
+            loaded.load(base)
+            base = loaded
+        if base._booster is None:
+            raise CostModelError("the base model is not trained; train it on records first")
+        booster = base._booster
+        if base._base is not None:  # a warm-started base: both its layers of trees
+            raise CostModelError(
+                "the base model is itself warm-started; save a model trained from scratch"
+            )
+        self._base = booster
 
     # -- the CostModel interface ---------------------------------------------------------
 
@@ -165,8 +191,8 @@ class XGBModel:
 
     def predict(self, task: SearchTask, states: Sequence[State]) -> np.ndarray:
         """One score per state, higher for a state predicted faster (the summed
-        statement scores); random before the model is trained."""
-        if self._booster is None:
+        statement scores); random before the model is trained, unless it has a base."""
+        if self._booster is None and self._base is None:
             return np.array([self._rng.random() for _ in states], dtype=np.float64)
         if not states:
             return np.zeros(0)
@@ -180,10 +206,17 @@ class XGBModel:
 
     def predict_features(self, features: Sequence[np.ndarray]) -> np.ndarray:
         """Program scores from feature rows (`extract_features` of each state)."""
-        if self._booster is None:
+        if self._booster is None and self._base is None:
             raise CostModelError("the model is not trained yet; call update() first")
         rows = np.concatenate(features)
-        per_row = self._booster.predict(xgb.DMatrix(rows), output_margin=True)
+        matrix = xgb.DMatrix(rows)
+        base = self._base_margin(matrix)
+        if base is not None:
+            matrix.set_base_margin(base)
+        if self._booster is not None:
+            per_row = self._booster.predict(matrix, output_margin=True)
+        else:
+            per_row = base if base is not None else np.zeros(len(rows))
         starts = np.cumsum([0, *(len(f) for f in features[:-1])])
         scores = np.add.reduceat(per_row.astype(np.float64), starts)
         # A state that did not lower (one all-zero row) goes just below the rest.
@@ -227,6 +260,7 @@ class XGBModel:
         index = {key: i for i, key in enumerate(keys)}
         features = [s.features for s in self._samples]
         booster = b"" if self._booster is None else bytes(self._booster.save_raw("json"))
+        base = b"" if self._base is None else bytes(self._base.save_raw("json"))
         meta = {
             "version": SAVE_FORMAT_VERSION,
             "feature_names": list(FEATURE_NAMES),
@@ -238,6 +272,7 @@ class XGBModel:
         arrays = {
             "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
             "booster": np.frombuffer(booster, dtype=np.uint8),
+            "base": np.frombuffer(base, dtype=np.uint8),
             "features": np.concatenate(features)
             if features
             else np.zeros((0, len(FEATURE_NAMES)), np.float32),
@@ -262,6 +297,8 @@ class XGBModel:
             samples = _samples_of(arrays)
             raw = arrays["booster"].tobytes()
             booster = xgb.Booster(model_file=bytearray(raw)) if raw else None
+            raw_base = arrays["base"].tobytes() if "base" in arrays else b""
+            base = xgb.Booster(model_file=bytearray(raw_base)) if raw_base else None
             settings = (int(meta["num_warmup_samples"]), int(meta["num_boost_round"]))
             loss, params = str(meta["loss"]), dict(meta["params"])
         except (KeyError, ValueError, TypeError, xgb.core.XGBoostError) as error:
@@ -271,9 +308,15 @@ class XGBModel:
             ) from None
         self.num_warmup_samples, self.num_boost_round = settings
         self.loss, self.params = loss, params
-        self._samples, self._booster = samples, booster
+        self._samples, self._booster, self._base = samples, booster, base
 
     # -- internals -----------------------------------------------------------------------
+
+    def _base_margin(self, matrix: xgb.DMatrix) -> np.ndarray | None:
+        """The base model's score of each row of `matrix` (None without a base)."""
+        if self._base is None:
+            return None
+        return np.asarray(self._base.predict(matrix, output_margin=True), dtype=np.float32)
 
     def _extract_missing(self, task_key: str, states: Sequence[State]) -> None:
         """Extract the features of the states not in the cache, on every core."""
@@ -313,6 +356,9 @@ class XGBModel:
         else:  # regression
             objective = _pack_sum_squared_error(program, labels, labels + ERROR_WEIGHT)
         dtrain = xgb.DMatrix(rows)
+        base = self._base_margin(dtrain)
+        if base is not None:  # the trees fit what the base leaves (see set_base)
+            dtrain.set_base_margin(base)
         self._booster = xgb.train(
             self.params, dtrain, num_boost_round=self.num_boost_round, obj=objective
         )

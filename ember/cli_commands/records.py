@@ -2,7 +2,9 @@
 (workload, target), merged into the output; `ember records show log.json` prints per
 task the best latency, GFLOPS, trials and errors by kind; `ember records report a.json
 [b.json ...] -o report.html` writes an HTML page (and a PNG) of the estimated
-end-to-end latency against trials, one curve per log, and the per-task tables."""
+end-to-end latency against trials, one curve per log, and the per-task tables; `ember
+records train LOG [LOG ...] --model M [--model M2 ...] -o cost_model.npz` trains the
+learned cost model on the records of the models' tasks, for `ember tune --warm-start`."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ember.autoschedule.records import distill_file, load_records, summarize
+from ember.errors import UsageError
 
 
 def _latency(seconds: float | None) -> str:
@@ -51,6 +54,36 @@ def command_show(args: argparse.Namespace) -> int:
             ", ".join(f"{kind.value} {count}" for kind, count in summary.errors) or "-",
         )
     Console().print(table)
+    return 0
+
+
+def command_train(args: argparse.Namespace) -> int:
+    from ember.autoschedule.task import extract_tasks
+    from ember.autoschedule.xgb_model import XGBModel
+    from ember.cli_commands.common import load_model, parse_shapes
+
+    tasks = []
+    for model in args.model:
+        graph, params = load_model(model, parse_shapes(args.input_shapes))
+        tasks += extract_tasks(graph, params, args.target, include_simple_tasks=True)[0]
+    cost_model = XGBModel(seed=0, num_warmup_samples=1)
+    try:
+        used = sum(cost_model.update_from_file(log, tasks) for log in args.logs)
+    finally:
+        cost_model.close()
+    if not cost_model.trained:
+        raise UsageError(
+            f"none of the records in {', '.join(args.logs)} is of a task of "
+            f"{', '.join(args.model)} for target '{args.target}': give the models (and "
+            "--target) the records were tuned for"
+        )
+    cost_model.save(args.output)
+    recorded = {record.task.workload_key for log in args.logs for record in load_records(log)}
+    keys = recorded & {task.workload_key for task in tasks}
+    print(
+        f"trained on {used} record(s) of {len(keys)} task(s); wrote {args.output} (use it "
+        f"with: ember tune MODEL --warm-start {args.output})"
+    )
     return 0
 
 
@@ -108,3 +141,19 @@ def add_parser(commands: Any) -> None:
     show.add_argument("log", help="records file")
     show.set_defaults(run=command_show)
     _add_report_parser(actions)
+    train = actions.add_parser(
+        "train", help="train the learned cost model on records, for ember tune --warm-start"
+    )
+    train.add_argument("logs", nargs="+", metavar="LOG", help="records file(s)")
+    train.add_argument(
+        "--model",
+        action="append",
+        required=True,
+        help="a model (file or built-in workload) the records were tuned for; repeat for more",
+    )
+    train.add_argument("--target", default="llvm", help="the records' target (default llvm)")
+    train.add_argument(
+        "--input-shapes", help="input shapes the records were tuned with, as for ember tune"
+    )
+    train.add_argument("-o", "--output", required=True, help="the cost model file (.npz)")
+    train.set_defaults(run=command_train)

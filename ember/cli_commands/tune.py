@@ -78,6 +78,11 @@ def _check_options(args: argparse.Namespace) -> None:
         raise UsageError(f"-o {str(output)!r}: directory {str(parent)!r} does not exist")
     if not os.access(output if output.exists() else parent, os.W_OK):
         raise UsageError(f"-o {str(output)!r} is not writable; choose another records file")
+    if args.warm_start and not Path(args.warm_start).is_file():
+        raise UsageError(
+            f"--warm-start {args.warm_start!r} does not exist; give a cost model file that "
+            "`ember records train` wrote"
+        )
     if args.tuning_records and not Path(args.tuning_records).is_file():
         raise UsageError(
             f"--tuning-records {args.tuning_records!r} does not exist; give the records "
@@ -207,6 +212,7 @@ def _scheduler(
             load_log_file=args.tuning_records,
             cost_model=args.cost_model,
             seed=args.seed,
+            base_model_file=args.warm_start,
         )
     except ImportError as error:
         raise UsageError(
@@ -401,6 +407,13 @@ def _add_tuning_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("xgb", "random"),
         default="xgb",
         help="what ranks candidates before measuring (default xgb, the learned model)",
+    )
+    add(
+        "--warm-start",
+        metavar="COST_MODEL",
+        help="start the learned cost model from this one (`ember records train` on earlier "
+        "records): it ranks candidates from the first round, where a new model ranks at "
+        "random until it has measured enough",
     )
     add("--seed", type=int, help="seed of the search, for a repeatable run")
     add(

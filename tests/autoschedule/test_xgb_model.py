@@ -163,6 +163,48 @@ def test_save_and_load_predict_the_same(
         model.save(tmp_path)  # a directory
 
 
+def test_a_pretrained_base_ranks_another_task_before_any_measurement(
+    measured: tuple[list[MeasureInput], list[MeasureResult]], tmp_path: Path
+) -> None:
+    """Warm start: a model trained on one conv's schedules (by the fixed cost) scores
+    another conv's schedules, of other shapes, from the first round, where a fresh
+    model scores at random; its own trees then train on top, and save/load keep both."""
+    inputs, _ = measured
+    base = XGBModel(seed=0, num_warmup_samples=16)
+    base.update(inputs, [MeasureResult((modelled_cost(i.state),)) for i in inputs])
+    other = SearchTask.create(conv2d(size=8, channels=16, filters=64), "llvm", HARDWARE)
+    states = sample_initial_population(other, generate_sketches(other), 48, random.Random(2))
+    throughput = [1.0 / modelled_cost(state) for state in states]
+    best_possible = kendall_tau(throughput, throughput)
+    assert best_possible > 0.3
+
+    model = XGBModel(seed=0, num_warmup_samples=8)
+    fresh = XGBModel(seed=0, num_warmup_samples=8)
+    model.set_base(base)
+    assert model.pretrained and not model.trained
+    warm = kendall_tau(model.predict(other, states), throughput)
+    cold = kendall_tau(fresh.predict(other, states), throughput)
+    assert warm >= 0.8 * best_possible and warm > cold + 0.3
+
+    first = [MeasureInput(other, state) for state in states[:12]]
+    model.update(first, [MeasureResult((1.0 / t,)) for t in throughput[:12]])
+    assert model.trained
+    scores = model.predict(other, states[12:])
+    assert kendall_tau(scores, throughput[12:]) >= 0.8 * kendall_tau(
+        throughput[12:], throughput[12:]
+    )
+    path = tmp_path / "warm.npz"
+    model.save(path)
+    loaded = XGBModel()
+    loaded.load(path)
+    assert loaded.pretrained
+    np.testing.assert_array_equal(loaded.predict(other, states[12:]), scores)
+    with pytest.raises(CostModelError, match="not trained"):
+        XGBModel().set_base(fresh)
+    with pytest.raises(CostModelError, match="itself warm-started"):
+        XGBModel().set_base(path)
+
+
 def test_bad_settings_say_what_to_use() -> None:
     with pytest.raises(CostModelError, match="rank"):
         XGBModel(loss="lambdamart")
