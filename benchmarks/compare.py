@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,19 +189,25 @@ def _settle(run: Callable[[], object], settle_ms: float) -> None:
         run()
 
 
-def _time_alternately(module, session, feed, args: argparse.Namespace) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    """Median ms of Ember and ORT: `--repeat` rounds, each a block of `--block` timed
-    runs of Ember after settling, then the same for ORT."""
-    runners = (module.run, lambda: session.run(None, feed))
-    times: tuple[list[float], list[float]] = ([], [])
+def time_alternately(
+    runners: Sequence[Callable[[], object]], args: argparse.Namespace
+) -> list[float]:
+    """Median ms of each runner: `--repeat` rounds, each a block of `--block` timed runs
+    of every runner in turn, each block after settling."""
+    samples: list[list[float]] = [[] for _ in runners]
     for _ in range(args.repeat):
-        for run, samples in zip(runners, times, strict=True):
+        for run, times in zip(runners, samples, strict=True):
             _settle(run, args.settle_ms)
             for _ in range(args.block):
                 start = time.perf_counter()
                 run()
-                samples.append(time.perf_counter() - start)
-    ember, ort = (1e3 * statistics.median(samples) for samples in times)
+                times.append(time.perf_counter() - start)
+    return [1e3 * statistics.median(times) for times in samples]
+
+
+def _time_alternately(module, session, feed, args: argparse.Namespace) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """Median ms of Ember and ORT (time_alternately)."""
+    ember, ort = time_alternately([module.run, lambda: session.run(None, feed)], args)
     return ember, ort
 
 

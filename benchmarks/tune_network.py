@@ -24,18 +24,16 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from compare import _compile, _inputs, _onnx_file, _ort_session, _settle
+from compare import _compile, _inputs, _onnx_file, _ort_session, time_alternately
 
 
 def _parse() -> argparse.Namespace:
@@ -87,22 +85,6 @@ def estimated_ms(output: str) -> float | None:
         return None
     value, unit = found[-1]
     return float(value) * (1e-3 if unit == "us" else 1.0)
-
-
-def time_alternately(
-    runners: Sequence[Callable[[], object]], args: argparse.Namespace
-) -> list[float]:
-    """Median ms of each runner: `--repeat` rounds, each a block of `--block` timed runs
-    of every runner in turn after settling."""
-    samples: list[list[float]] = [[] for _ in runners]
-    for _ in range(args.repeat):
-        for run, times in zip(runners, samples, strict=True):
-            _settle(run, args.settle_ms)
-            for _ in range(args.block):
-                start = time.perf_counter()
-                run()
-                times.append(time.perf_counter() - start)
-    return [1e3 * statistics.median(times) for times in samples]
 
 
 def main() -> None:

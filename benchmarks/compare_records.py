@@ -1,0 +1,65 @@
+"""Several tuning logs of one network, timed side by side: which records make the
+faster network? (E.g. 200 trials warm-started against 2,000 from scratch.)
+
+    python benchmarks/compare_records.py MODEL LOG [LOG ...] [--threads 2] [--repeat 20]
+
+Compiles MODEL (an .onnx file or a built-in workload, exported to ONNX as
+benchmarks/compare.py does) once per log and once untuned, then times every artifact
+and an ONNX Runtime session in alternating blocks in one process (tune_network.py's
+method: the machine's drift over minutes cancels out), and prints each one's median
+and its ratio to the untuned network and to ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from compare import _compile, _inputs, _onnx_file, _ort_session, time_alternately
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("logs", nargs="+", metavar="LOG")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=20, help="alternating rounds")
+    parser.add_argument("--block", type=int, default=5, help="timed runs per round and runtime")
+    parser.add_argument("--settle-ms", type=float, default=100)
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--input-shapes")
+    args = parser.parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    from ember.runtime import load
+
+    names = ["untuned", *args.logs]
+    with tempfile.TemporaryDirectory(prefix="ember-records-") as scratch:
+        work = Path(scratch)
+        onnx_path = _onnx_file(args.model, args, work)
+        modules = []
+        for index, log in enumerate([None, *args.logs]):
+            artifact = work / f"{index}.tar"
+            options = argparse.Namespace(
+                target=args.target, input_shapes=args.input_shapes, tuning_records=log
+            )
+            _compile(onnx_path, artifact, options, None)
+            modules.append(load(artifact))
+        session = _ort_session(onnx_path, args.threads)
+        feed = _inputs(modules[0].inputs)
+        for module in modules:
+            for name, array in feed.items():
+                module.set_input(name, array)
+        runners = [module.run for module in modules] + [lambda: session.run(None, feed)]
+        *ember_ms, ort_ms = time_alternately(runners, args)
+    for name, ms in zip(names, ember_ms, strict=True):
+        print(f"{name}: {ms:.3f} ms, / untuned {ms / ember_ms[0]:.3f}, / ORT {ms / ort_ms:.3f}")
+    print(f"ONNX Runtime: {ort_ms:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
