@@ -10,13 +10,16 @@ import time
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import onnx.parser
 import pytest
 
 from ember.errors import ShapeError
+from ember.frontend import from_onnx
 from ember.testing import fuzz
 from ember.testing.fuzz import Case, StageLog, Verdict, check_case, make_case, seed_model
 from ember.testing.fuzz.__main__ import main as fuzz_main
+from ember.testing.fuzz.check import comparable, compare_outputs, float32_overflow
 
 SEEDS = sorted(fuzz.SEED_GRAPHS)
 ALL_CHECKS = ["import", "interpreter", "onnxruntime", "build", "compiled"]
@@ -113,6 +116,30 @@ def test_outputs_compare_by_name_shape_dtype_and_value() -> None:
     assert compare(np.asarray([1, 2]), np.asarray([1, 3]))[0] == "values"  # ints: exact
     assert compare(np.float32(1e5 + 5), np.float32(1e5)) is None  # rtol 1e-4
     assert compare(np.float32(1e5 + 50), np.float32(1e5))[0] == "values"
+
+
+def test_topk_without_sorting_and_float32_overflow_are_not_ort_mismatches() -> None:
+    # TopK with sorted=0 may return its k elements in any order: both sides are put in
+    # one order before comparing. Inputs of 1e18 or more overflow ORT's float32 sums.
+    model = onnx.parser.parse_model(
+        """<ir_version: 8, opset_import: ["" : 13]>
+        g (float[2, 5] x, int64[1] k) => (float[2, 3] v, int64[2, 3] i) {
+            v, i = TopK <sorted = 0, largest = 1, axis = 1> (x, k)
+        }"""
+    )
+    k = onnx.numpy_helper.from_array(np.asarray([3], np.int64), "k")
+    model.graph.initializer.append(k)
+    graph, _ = from_onnx(model)
+    ours = {"v": np.asarray([[5.0, 4, 4], [3, 2, 1]]), "i": np.asarray([[0, 1, 3], [2, 0, 4]])}
+    theirs = {"v": np.asarray([[4.0, 5, 4], [1, 3, 2]]), "i": np.asarray([[3, 0, 1], [4, 2, 0]])}
+    left, right = comparable(graph, ours), comparable(graph, theirs)
+    assert compare_outputs(graph, left, right, "mismatch_ort").outcome == "ok"
+    assert compare_outputs(graph, ours, theirs, "mismatch_ort").outcome == "mismatch_ort"
+    values = Verdict("mismatch_ort", "values", "lrn", "differs")
+    huge = {"x": np.asarray([1.0, -1e30], np.float32)}
+    assert float32_overflow(graph, {}, huge, values)
+    assert not float32_overflow(graph, {}, {"x": np.ones(2, np.float32)}, values)
+    assert not float32_overflow(graph, {}, huge, Verdict("mismatch_ort", "shape", "lrn", "-"))
 
 
 # -- the runner ---------------------------------------------------------------------------
