@@ -9,14 +9,18 @@ profiled, each default timed alone under every timing), then builds the network 
 the records and profiles it, back to back. Per task: the default's time in the network
 and alone (cold-weights / warm / cold), its ratio under the chosen timing, the best
 time alone in the records, the prediction (best x ratio), the tuned schedule's measured
-time in the network, and prediction / measured; then the sums.
+time in the network, and prediction / measured; then each task's in-network speed,
+default and tuned, as a share of this machine's fp32 FMA peak (benchmarks/peak.py, at
+the tasks' thread count): what the search improved, and how far each is from the limit.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import ember
 from ember.autoschedule import LocalBuilder, LocalRunner, extract_tasks, load_records
@@ -26,7 +30,10 @@ from ember.autoschedule.calibration import (
     in_network_times,
     set_random_inputs,
 )
-from ember.cli_commands.common import load_model
+from ember.cli_commands.common import load_model, parse_shapes
+
+sys.path.insert(0, str(Path(__file__).parent))
+from peak import measure_peak
 
 
 def main() -> None:
@@ -34,8 +41,9 @@ def main() -> None:
     parser.add_argument("model")
     parser.add_argument("records")
     parser.add_argument("--repeat", type=int, default=30, help="profiled runs (30)")
+    parser.add_argument("--input-shapes", help="as for ember tune")
     args = parser.parse_args()
-    graph, params = load_model(args.model)
+    graph, params = load_model(args.model, parse_shapes(args.input_shapes))
     tasks, weights = extract_tasks(graph, params, "llvm")
     untuned = ember.build(graph, "llvm", params=params).load()
     set_random_inputs(untuned)
@@ -72,6 +80,16 @@ def main() -> None:
         sums["predicted"] += weight * predicted
         sums["measured"] += weight * in_network
     print("; ".join(f"{name} {value * 1e3:.3f} ms" for name, value in sums.items()))
+    peak = measure_peak(tasks[0].hardware_params.num_cores)
+    print(f"\nIn the network, as a share of the fp32 FMA peak ({peak:.0f} GFLOP/s):")
+    print(f"{'task':28s} {'GFLOP':>7s} {'default':>8s} {'tuned':>8s} {'gain':>6s}")
+    for task, times, in_network in zip(tasks, calibration.tasks, measured, strict=True):
+        default = task.flop_count / times.in_network * 1e-9 / peak
+        tuned = task.flop_count / in_network * 1e-9 / peak
+        print(
+            f"{task.desc[:28]:28s} {task.flop_count * 1e-9:7.3f} {default:8.1%} {tuned:8.1%} "
+            f"{times.in_network / in_network:6.2f}"
+        )
 
 
 if __name__ == "__main__":
