@@ -4,9 +4,10 @@ schedule against what its tuned schedule does in the network.
     python benchmarks/tuned_tasks.py MODEL RECORDS [--repeat 30]
 
 MODEL is an .onnx file or a built-in workload; RECORDS an `ember tune -o` log for it.
-Calibrates as `ember tune --timing auto` does (the network with default schedules
-profiled, each default timed alone under every timing), then builds the network with
-the records and profiles it, back to back. Per task: the default's time in the network
+Builds the network with default schedules and with the records, profiles the two in
+alternation (a few runs each, in turn: the machine's drift falls on both), calibrates
+from the first profile as `ember tune --timing auto` does (each default timed alone
+under every timing). Per task: the default's time in the network
 and alone (cold-weights / warm / cold), its ratio under the chosen timing, the best
 time alone in the records, the prediction (best x ratio), the tuned schedule's measured
 time in the network, and prediction / measured; then each task's in-network speed,
@@ -18,8 +19,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import ember
@@ -31,9 +35,41 @@ from ember.autoschedule.calibration import (
     set_random_inputs,
 )
 from ember.cli_commands.common import load_model, parse_shapes
+from ember.runtime.module import Module, ModuleInfo
+from ember.runtime.profile import Profile
 
 sys.path.insert(0, str(Path(__file__).parent))
 from peak import measure_peak
+
+
+@dataclass(frozen=True)
+class MedianProfile:
+    """A module's info and the per-step medians of its profiles (ProfiledModule)."""
+
+    info: ModuleInfo
+    medians: Profile
+
+    def profile(self, repeat: int = 10) -> Profile:
+        return self.medians
+
+
+def alternate_profiles(
+    modules: Sequence[Module], repeat: int, block: int = 3
+) -> list[MedianProfile]:
+    """Profile `modules` in turn, `block` runs each, until each has `repeat` runs; the
+    median of each step over the blocks' medians."""
+    seconds: list[list[list[float]]] = [[] for _ in modules]
+    for _ in range(max(1, repeat // block)):
+        for module, samples in zip(modules, seconds, strict=True):
+            samples.append([row.seconds for row in module.profile(repeat=block).rows])
+    profiles = []
+    for module, samples in zip(modules, seconds, strict=True):
+        rows = module.profile(repeat=1).rows
+        medians = [statistics.median(column) for column in zip(*samples, strict=True)]
+        names, kernels = [row.group for row in rows], [row.kernel for row in rows]
+        median = Profile.from_steps(names, kernels, medians, module.info.groups, repeat)
+        profiles.append(MedianProfile(module.info, median))
+    return profiles
 
 
 def main() -> None:
@@ -46,15 +82,18 @@ def main() -> None:
     graph, params = load_model(args.model, parse_shapes(args.input_shapes))
     tasks, weights = extract_tasks(graph, params, "llvm")
     untuned = ember.build(graph, "llvm", params=params).load()
-    set_random_inputs(untuned)
-    with LocalBuilder() as builder, LocalRunner() as runner:
-        calibration = calibrate(untuned, tasks, weights, builder, runner, args.repeat)
-    untuned.close()
-    print("\n".join(calibration.table()))
     tuned = ember.build(graph, "llvm", params=params, tuning_records=args.records).load()
+    set_random_inputs(untuned)
     set_random_inputs(tuned)
-    measured, _, _ = in_network_times(tuned, tasks, args.repeat)
+    # Profiled in alternation, a few runs at a time: the machine's drift over the
+    # minutes of the run falls on both alike.
+    untuned_profile, tuned_profile = alternate_profiles([untuned, tuned], args.repeat)
+    untuned.close()
     tuned.close()
+    with LocalBuilder() as builder, LocalRunner() as runner:
+        calibration = calibrate(untuned_profile, tasks, weights, builder, runner, args.repeat)
+    print("\n".join(calibration.table()))
+    measured, _, _ = in_network_times(tuned_profile, tasks, args.repeat)
     best: dict[str, float] = defaultdict(lambda: math.inf)
     for record in load_records(args.records):
         best[record.task.workload_key] = min(best[record.task.workload_key], record.mean_cost)
