@@ -19,7 +19,13 @@ from ember.frontend import from_onnx
 from ember.testing import fuzz
 from ember.testing.fuzz import Case, StageLog, Verdict, check_case, make_case, seed_model
 from ember.testing.fuzz.__main__ import main as fuzz_main
-from ember.testing.fuzz.check import comparable, compare_outputs, float32_overflow
+from ember.testing.fuzz.check import (
+    MAX_RUN_BYTES,
+    _run_bytes,
+    comparable,
+    compare_outputs,
+    float32_overflow,
+)
 
 SEEDS = sorted(fuzz.SEED_GRAPHS)
 ALL_CHECKS = ["import", "interpreter", "onnxruntime", "build", "compiled"]
@@ -140,6 +146,19 @@ def test_topk_without_sorting_and_float32_overflow_are_not_ort_mismatches() -> N
     assert float32_overflow(graph, {}, huge, values)
     assert not float32_overflow(graph, {}, {"x": np.ones(2, np.float32)}, values)
     assert not float32_overflow(graph, {}, huge, Verdict("mismatch_ort", "shape", "lrn", "-"))
+
+
+def test_graphs_with_too_much_work_are_built_but_not_run() -> None:
+    # Found by atheris: a 1000 x 1000 ConvTranspose kernel over a 1000 x 1000 image is
+    # 16 MB of output but 10**12 multiply-adds, which the interpreter ground through.
+    model = onnx.parser.parse_model(
+        """<ir_version: 8, opset_import: ["" : 13]>
+        g (float[1, 1, 1000, 1000] x) => (float[1, 1, 1999, 1999] y) {
+            y = ConvTranspose (x, x)
+        }"""
+    )
+    graph, _ = from_onnx(model)
+    assert _run_bytes(graph) > MAX_RUN_BYTES
 
 
 # -- the runner ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from ember.errors import ExecutionError, ShapeError
 from ember.frontend import from_onnx
 from ember.graph import Graph, interpret, verify
 from ember.graph.ir import Params
+from ember.graph.ops import node_macs
 from ember.graph.ops.attrs import TopKAttrs
 from ember.testing.fuzz.mutations import Case
 from ember.testing.oracle import run_onnxruntime
@@ -23,6 +24,8 @@ from ember.testing.oracle import run_onnxruntime
 # interpretation, would cost more time and memory than the case is worth.
 MAX_RUN_BYTES = 256 * 2**20
 MAX_VALUE_BYTES = 64 * 2**20
+# ... nor are those with more multiply-adds than this (seconds in NumPy's references).
+MAX_RUN_MACS = 2**30
 RTOL, ATOL, FLOAT16_TOLERANCE = 1e-4, 1e-5, 4e-3
 
 
@@ -139,6 +142,12 @@ def fixed_shapes(model: bytes) -> dict[str, list[int]] | None:
 
 
 def _run_bytes(graph: Graph) -> int:
+    """The bytes of every tensor of `graph`, or more than MAX_RUN_BYTES when it should
+    not be run: a tensor that NumPy cannot make, or more than MAX_RUN_MACS of work (a
+    1000 x 1000 ConvTranspose kernel over a 1000 x 1000 image is 16 MB of output and
+    10**12 multiply-adds)."""
+    if sum(node_macs(node) for node in graph.nodes) > MAX_RUN_MACS:
+        return MAX_RUN_BYTES + 1
     sizes = [value.type.nbytes for value in graph.values()]
     # An empty tensor with a dimension of 2**62 holds no bytes, but NumPy cannot make it.
     huge = any(dim > 2**31 for value in graph.values() for dim in value.shape)
