@@ -253,17 +253,24 @@ def _calibrate(
 ) -> Calibration | None:
     """With --timing auto: calibrate (ember.autoschedule.calibration), print what it
     measured and set the runner's timing; the user's --number/--repeat/--min-repeat-ms
-    apply to the chosen timing. None when the timing was given."""
+    apply to the chosen timing. None when the timing was given, or for boards (they
+    are timed cold-weights: calibration runs the network on this machine)."""
     if args.timing != AUTO_TIMING:
         return None
     from ember import build
     from ember.autoschedule.calibration import calibrate, set_random_inputs
 
-    if args.rpc_tracker is not None:
-        raise UsageError(
-            "--timing auto calibrates on this machine, but --rpc-tracker measures on boards: "
-            "give --timing (cold-weights, warm or cold)"
+    if args.rpc_tracker is not None or not tasks[0].target.is_host:
+        # The network would have to run on a board; calibration runs it here.
+        print(
+            "Timing: cold-weights (--timing auto calibrates only where the network runs on "
+            "this machine; give --timing to choose another for the boards)",
+            flush=True,
         )
+        args.timing = Timing.COLD_WEIGHTS.value
+        _measure_defaults(args)
+        runner.set_timing(Timing.COLD_WEIGHTS, args.number, args.repeat, args.min_repeat_ms)
+        return None
     print("Calibrating the timing: building the network with default schedules", flush=True)
     module = build(graph, tasks[0].target, params=params).load()
     try:
