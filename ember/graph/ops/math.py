@@ -121,8 +121,11 @@ def _power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     cast would (NumPy would truncate the exponent first, or refuse negative ones)."""
     integer_base = np.issubdtype(a.dtype, np.integer)
     exact_integer = np.issubdtype(b.dtype, np.integer) and bool(np.all(b >= 0))
+    if integer_base and exact_integer and b.size:
+        # An exponent the base's type cannot hold would wrap negative in it.
+        exact_integer = int(b.max()) <= np.iinfo(a.dtype).max
     if integer_base and not exact_integer:
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):
             return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
     return np.power(a, b.astype(a.dtype) if a.dtype != b.dtype else b)
 
