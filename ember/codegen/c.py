@@ -73,7 +73,7 @@ from ember.loop.ir import (
     stmt_exprs,
     vector_dtype,
 )
-from ember.loop.registers import is_register
+from ember.loop.registers import register_buffers
 from ember.loop.simplify import simplify_expr
 from ember.loop.vectorize import flatten_index, lane_of, lanes_of
 from ember.runtime.abi import ALIGNMENT
@@ -183,8 +183,9 @@ class CRenderer(Renderer):
     def __init__(self, func: PrimFunc) -> None:
         super().__init__(func)
         self.typedefs: dict[str, str] = {}
-        # Local buffers declared as one variable each (see `is_register`).
+        # Local buffers declared as one variable each (see `is_register`), by identity.
         self.registers: set[Buffer] = set()
+        self._register_ids = {id(buffer) for buffer in register_buffers(func.body)}
 
     # -- the translation unit --------------------------------------------------------
 
@@ -275,7 +276,7 @@ class CRenderer(Renderer):
             with self.block(""):
                 self.allocate(allocate)
             return
-        if is_register(buffer, allocate.body):
+        if id(buffer) in self._register_ids:
             # One value accessed whole: a variable the compiler keeps in a register.
             self.registers.add(buffer)
             self.emit(f"{self.scalar_type(vector_dtype(buffer.dtype, size))} {name};")
