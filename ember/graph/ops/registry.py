@@ -8,6 +8,7 @@ folding evaluates it), so it favours clarity and exactness over speed.
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -121,6 +122,7 @@ def infer_types(op: str, inputs: Sequence[TensorType], attrs: Attrs) -> tuple[Te
     return opdef.infer(inputs, attrs)
 
 
+_NUMPY_MAX_BYTES = 2**63 - 1
 _TOO_BIG = re.compile(r"too big|too large|maximum (supported|allowed) dimension", re.IGNORECASE)
 
 
@@ -128,6 +130,15 @@ def evaluate(op: str, inputs: Sequence[np.ndarray], attrs: Attrs) -> tuple[np.nd
     """Run the reference implementation; results are cast to the inferred dtypes."""
     opdef = get_op(op)
     expected = infer_types(op, [TensorType.of(np.asarray(a)) for a in inputs], attrs)
+    for out_type in expected:
+        # NumPy multiplies the non-zero dimensions even of an empty array, and refuses
+        # past its index range, with a message its reshapes and tiles do not repeat.
+        nonzero = math.prod(dim for dim in out_type.shape if dim)
+        if nonzero * np.dtype(out_type.dtype).itemsize > _NUMPY_MAX_BYTES:
+            raise ResourceError(
+                f"{op}: its result {out_type} has more elements along its non-empty axes "
+                f"({nonzero:,}) than NumPy can index, empty or not"
+            )
     try:
         results = opdef.reference([np.asarray(a) for a in inputs], attrs)
     except (MemoryError, ValueError, OverflowError) as error:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx_node_runner import F32, type_error
 
-from ember.errors import ShapeError
+from ember.errors import ResourceError, ShapeError
 from ember.graph.ir import TensorType
 from ember.graph.ops import OpPattern, evaluate, get_op
 from ember.graph.ops.attrs import (
@@ -326,3 +326,13 @@ def test_data_movement_ops_are_injective_and_free(name: str) -> None:
     opdef = get_op(name)
     assert opdef.pattern == OpPattern.INJECTIVE
     assert opdef.macs([TensorType((4,), F32)], [TensorType((4,), F32)], None) == 0
+
+
+def test_an_empty_result_numpy_cannot_index_is_a_resource_error() -> None:
+    # Found by atheris: tiling a [2, 1, 0] tensor by 1.3e18 x 7.2e17 is empty, but NumPy
+    # multiplies the other dimensions and refused in a reshape, with a ValueError.
+    x = np.zeros((2, 1, 0), np.float32)
+    with pytest.raises(ResourceError, match="than NumPy can index, empty or not"):
+        evaluate("tile", [x], TileAttrs((1331096307718291458, 723973435739343378, 5)))
+    (small,) = evaluate("tile", [x], TileAttrs((3, 2, 5)))
+    assert small.shape == (6, 2, 0)
