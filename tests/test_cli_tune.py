@@ -127,6 +127,23 @@ def test_records_train_a_cost_model_that_warm_starts_tuning(
     assert code == 2 and "--warm-start" in err and "records train" in err
 
 
+def test_a_failed_calibration_falls_back_to_cold_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ember.autoschedule import calibration
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise calibration.CalibrationError("no timing could time every task")
+
+    monkeypatch.setattr(calibration, "calibrate", fail)
+    log = tmp_path / "log.json"
+    code, out, _ = run_cli(capsys, "tune", *SMALL_MLP, "--trials", "4", "--per-round", "4",
+                           *FAST, "-o", log)  # fmt: skip
+    assert code == 0 and len(load_records(log)) == 4
+    assert "Timing: cold-weights (the calibration failed: no timing could time" in out
+    assert "Measured in the network" not in out
+
+
 def _wait_for_records(log: Path, process: subprocess.Popen[str], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not (log.exists() and log.stat().st_size > 0):

@@ -30,7 +30,7 @@ from ember.cli_commands.common import (
     parse_shapes,
     rpc_tracker_address,
 )
-from ember.errors import UsageError
+from ember.errors import EmberError, UsageError
 from ember.target import Target
 
 if TYPE_CHECKING:
@@ -262,28 +262,36 @@ def _calibrate(
 
     if args.rpc_tracker is not None or not tasks[0].target.is_host:
         # The network would have to run on a board; calibration runs it here.
-        print(
-            "Timing: cold-weights (--timing auto calibrates only where the network runs on "
-            "this machine; give --timing to choose another for the boards)",
-            flush=True,
-        )
-        args.timing = Timing.COLD_WEIGHTS.value
-        _measure_defaults(args)
-        runner.set_timing(Timing.COLD_WEIGHTS, args.number, args.repeat, args.min_repeat_ms)
+        _without_calibration(
+            args, runner, "--timing auto calibrates only where the network runs on this "
+            "machine; give --timing to choose another for the boards",
+        )  # fmt: skip
         return None
     print("Calibrating the timing: building the network with default schedules", flush=True)
-    module = build(graph, tasks[0].target, params=params).load()
     try:
-        set_random_inputs(module)
-        print(f"Calibrating the timing: timing {len(tasks)} default schedules alone", flush=True)
-        calibration = calibrate(module, tasks, weights, builder, runner)
-    finally:
-        module.close()
+        module = build(graph, tasks[0].target, params=params).load()
+        try:
+            set_random_inputs(module)
+            print(f"Calibrating the timing: timing {len(tasks)} default schedules alone")
+            calibration = calibrate(module, tasks, weights, builder, runner)
+        finally:
+            module.close()
+    except EmberError as error:  # tuning itself may still work, task by task
+        _without_calibration(args, runner, f"the calibration failed: {error}")
+        return None
     print("\n".join(calibration.table()))
     args.timing = calibration.timing.value
     _measure_defaults(args)
     runner.set_timing(calibration.timing, args.number, args.repeat, args.min_repeat_ms)
     return calibration
+
+
+def _without_calibration(args: argparse.Namespace, runner: TimingRunner, why: str) -> None:
+    """Time cold-weights (the timing before calibration existed), saying why."""
+    print(f"Timing: cold-weights ({why})", flush=True)
+    args.timing = Timing.COLD_WEIGHTS.value
+    _measure_defaults(args)
+    runner.set_timing(Timing.COLD_WEIGHTS, args.number, args.repeat, args.min_repeat_ms)
 
 
 def _tune(args: argparse.Namespace) -> int:
