@@ -728,6 +728,24 @@ def test_gemm_checks_c_type_and_integer_scales() -> None:
         from_onnx(integer)
 
 
+def test_split_needs_one_size_per_output() -> None:
+    """Found by atheris: a split input of 468,440 sizes for a node with one output made
+    that many graph values (a 9 s import)."""
+    sizes = helper.make_tensor("s", TensorProto.INT64, [3], [1, 1, 2])
+    model = graph_model(
+        [helper.make_node("Split", ["x", "s"], ["y"], name="cut")],
+        [_tensor("x", [4])], [_tensor("y", None)], initializers=[sizes],
+    )  # fmt: skip
+    with pytest.raises(ShapeError, match=r"'cut' \(Split\): split gives 3 sizes for 1 output"):
+        from_onnx(model)
+    pieces = graph_model(
+        [helper.make_node("Split", ["x"], ["a", "b"], num_outputs=3, name="cut")],
+        [_tensor("x", [6])], [_tensor("a", None), _tensor("b", None)], opset=18,
+    )  # fmt: skip
+    with pytest.raises(ShapeError, match="num_outputs is 3, but the node has 2 output"):
+        from_onnx(pieces)
+
+
 def test_an_opset_domain_that_is_not_utf8_is_refused() -> None:
     model = _relu_model()
     model.opset_import.append(helper.make_opsetid("com.microsoft", 1))

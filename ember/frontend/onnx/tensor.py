@@ -216,10 +216,20 @@ def convert_concat(ctx: ConversionContext, node: OnnxNode) -> list[Value | None]
 def _split_sizes(ctx: ConversionContext, node: OnnxNode, extent: int) -> list[int]:
     sizes = attr_or_input(ctx, node, "split", 1, input_opset=13)
     if sizes is not None:
+        if len(sizes) != node.num_outputs:
+            raise ShapeError(
+                f"node {node.name!r} (Split): split gives {len(sizes)} sizes for "
+                f"{node.num_outputs} output(s); give one size per output"
+            )
         return sizes
     if "num_outputs" in node.attrs:
         # Split-18: equal pieces of ceil(extent / n), the last one smaller.
         count = node.int_attr("num_outputs")
+        if count != node.num_outputs:
+            raise ShapeError(
+                f"node {node.name!r} (Split): num_outputs is {count}, but the node has "
+                f"{node.num_outputs} output(s)"
+            )
         piece = math.ceil(extent / count)
         return [min(piece, extent - i * piece) for i in range(count)]
     if extent % node.num_outputs:
