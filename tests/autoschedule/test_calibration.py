@@ -153,6 +153,17 @@ def test_another_timing_must_beat_cold_weights_by_a_margin() -> None:
     assert choose_timing(times(0.95e-3), (1,)) is Timing.WARM
 
 
+def test_lone_times_far_from_the_network_under_every_timing_are_refused(
+    tasks: list[SearchTask],
+) -> None:
+    # A busy machine: every kernel alone takes 3x its time in the network.
+    runner = TimingRunner({timing: 3.0 for timing in Timing})
+    with pytest.raises(CalibrationError, match=r"200% from their times .* is the machine busy"):
+        calibrate(FakeModule(tasks), tasks, [2, 1], FakeBuilder(), runner)
+    calibration = calibrate(FakeModule(tasks), tasks, [2, 1], FakeBuilder(), runner, 1, 2.5)
+    assert calibration.timing is Timing.COLD_WEIGHTS
+
+
 def test_a_profile_without_the_tasks_is_refused(tasks: list[SearchTask]) -> None:
     other = [dense_relu_task(4, 4, 4, "big"), dense_relu_task(4, 8, 4, "small")]
     with pytest.raises(CalibrationError, match="has no step for the task"):
@@ -189,7 +200,8 @@ def test_calibrating_a_real_network_measures_every_timing() -> None:
     module = ember.build(graph, "llvm", params=params).load()
     set_random_inputs(module)
     with LocalBuilder(n_parallel=1) as builder, LocalRunner() as runner:
-        calibration = calibrate(module, tasks, weights, builder, runner, repeat=3)
+        # However busy the machine (no bound on the error): the plumbing is checked.
+        calibration = calibrate(module, tasks, weights, builder, runner, 3, math.inf)
         assert runner.timing is calibration.timing
     module.close()
     assert len(calibration.tasks) == len(tasks) == 4
