@@ -25,6 +25,7 @@ from ember.testing.fuzz.check import (
     comparable,
     compare_outputs,
     float32_overflow,
+    rounding_edge,
 )
 
 SEEDS = sorted(fuzz.SEED_GRAPHS)
@@ -159,6 +160,30 @@ def test_graphs_with_too_much_work_are_built_but_not_run() -> None:
     )
     graph, _ = from_onnx(model)
     assert _run_bytes(graph) > MAX_RUN_BYTES
+
+
+def test_one_rounding_step_where_the_graph_rounds_is_not_a_compiled_mismatch() -> None:
+    # Found by the 10-minute run: a QDQ conv's float32 sum and the float64 reference
+    # fell on either side of -6.5, and QuantizeLinear's rounding made that -7 vs -6.
+    rounds = onnx.parser.parse_model(
+        """<ir_version: 8, opset_import: ["" : 13]>
+        g (float[100] x) => (float[100] y) { y = Round (x) }"""
+    )
+    graph, _ = from_onnx(rounds)
+    want = np.arange(100, dtype=np.float32) * 0.5
+    one_step = want.copy()
+    one_step[7] += 0.5
+    assert rounding_edge(graph, {"y": one_step}, {"y": want})
+    two_steps, many = want.copy(), want.copy()
+    two_steps[7] += 1.0
+    many[:5] += 0.5
+    assert not rounding_edge(graph, {"y": two_steps}, {"y": want})
+    assert not rounding_edge(graph, {"y": many}, {"y": want})
+    plain = onnx.parser.parse_model(
+        """<ir_version: 8, opset_import: ["" : 13]>
+        g (float[100] x) => (float[100] y) { y = Relu (x) }"""
+    )
+    assert not rounding_edge(from_onnx(plain)[0], {"y": one_step}, {"y": want})
 
 
 # -- the runner ---------------------------------------------------------------------------

@@ -91,7 +91,10 @@ def check_case(case: Case, log: StageLog) -> Verdict:
     log.stage = "run"
     outputs = library.load()(**feeds)
     log.checked.append("compiled")
-    return compare_outputs(graph, outputs, expected, "mismatch_compiled")
+    verdict = compare_outputs(graph, outputs, expected, "mismatch_compiled")
+    if verdict.outcome != "ok" and rounding_edge(graph, outputs, expected):
+        return Verdict()
+    return verdict
 
 
 # What the interpreter and the compiled module say of an index out of range at run time.
@@ -223,6 +226,32 @@ def float32_overflow(
         array.dtype.kind == "f" and array.size and np.nanmax(np.abs(array)) >= OVERFLOWING_MAGNITUDE
         for array in map(np.asarray, arrays)
     )
+
+
+def rounding_edge(
+    graph: Graph, actual: dict[str, np.ndarray], expected: dict[str, np.ndarray]
+) -> bool:
+    """Whether a disagreement is a float value on a rounding edge: the graph rounds
+    (`round`, as QuantizeLinear does), and each output differs in at most 1% of its
+    elements, each by one step of the output's grid of values (the smallest gap between
+    its distinct values). A float32 kernel and the float64 reference that land on
+    either side of x.5 round one step apart (a QDQ conv's -6.5 went to -6 and -7)."""
+    if not any(node.op == "round" for node in graph.nodes):
+        return False
+    for name, want in expected.items():
+        want, got = np.asarray(want), np.asarray(actual[name])
+        if want.shape != got.shape or want.dtype.kind != "f":
+            return False
+        differ = ~np.isclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True)
+        if not differ.any():
+            continue
+        grid = np.diff(np.unique(want[np.isfinite(want)]))
+        if differ.sum() > max(1, want.size // 100) or not grid.size:
+            return False
+        step = float(grid.min())
+        if not np.allclose(np.abs(got[differ] - want[differ]), step, rtol=1e-3):
+            return False
+    return True
 
 
 def compare_outputs(
