@@ -118,10 +118,7 @@ class Calibration:
     def estimate(self, best_costs: Sequence[float]) -> float:
         """The network's latency in seconds with each task at `best_costs` (alone, under
         the chosen timing): each corrected by its task's ratio, plus the untuned steps."""
-        corrected = zip(best_costs, self.weights, self.ratios(), strict=True)
-        return sum(cost * weight * ratio for cost, weight, ratio in corrected) + (
-            self.untuned_seconds
-        )
+        return estimated_latency(best_costs, self.weights, self.ratios(), self.untuned_seconds)
 
     def table(self) -> list[str]:
         """What `ember tune` prints: each timing's error and estimate of the untuned
@@ -144,6 +141,19 @@ class Calibration:
             shown_estimate = f"{estimate:14.3f}" if math.isfinite(estimate) else f"{'-':>14}"
             lines.append(f"  {timing.value:<13} {shown} {shown_estimate}{chosen}")
         return lines
+
+
+def estimated_latency(
+    best_costs: Sequence[float],
+    weights: Sequence[int],
+    ratios: Sequence[float],
+    untuned_seconds: float = 0.0,
+) -> float:
+    """sum(best cost * weight * ratio) + untuned_seconds: each task's best, timed alone,
+    times how often the network runs it and how much slower it runs there (a
+    Calibration's ratios; 1 without one), plus the steps no task covers."""
+    corrected = zip(best_costs, weights, ratios, strict=True)
+    return sum(cost * weight * ratio for cost, weight, ratio in corrected) + untuned_seconds
 
 
 def choose_timing(tasks: Sequence[TaskTimes], weights: Sequence[int]) -> Timing:

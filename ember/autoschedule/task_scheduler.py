@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ember.autoschedule.calibration import Calibration
+from ember.autoschedule.calibration import Calibration, estimated_latency
 from ember.autoschedule.cost_model import CostModel, RandomModel
 from ember.autoschedule.measure import Builder, Runner
 from ember.autoschedule.records import load_records
@@ -96,19 +96,6 @@ class SchedulerResult:
         `estimated_latency`); inf while a task has no valid candidate."""
         ratios = self.ratios or (1.0,) * len(self.tasks)
         return estimated_latency(self.best_costs, self.weights, ratios, self.untuned_seconds)
-
-
-def estimated_latency(
-    best_costs: Sequence[float],
-    weights: Sequence[int],
-    ratios: Sequence[float],
-    untuned_seconds: float = 0.0,
-) -> float:
-    """sum(best cost * weight * ratio) + untuned_seconds: each task's best, timed alone,
-    times how often the network runs it and how much slower it runs there (a
-    Calibration's ratios; 1 without one), plus the steps no task covers."""
-    corrected = zip(best_costs, weights, ratios, strict=True)
-    return sum(cost * weight * ratio for cost, weight, ratio in corrected) + untuned_seconds
 
 
 class TaskScheduler:

@@ -165,12 +165,11 @@ class XGBModel:
             base = loaded
         if base._booster is None:
             raise CostModelError("the base model is not trained; train it on records first")
-        booster = base._booster
         if base._base is not None:  # a warm-started base: both its layers of trees
             raise CostModelError(
                 "the base model is itself warm-started; save a model trained from scratch"
             )
-        self._base = booster
+        self._base = base._booster
 
     # -- the CostModel interface ---------------------------------------------------------
 

@@ -280,18 +280,22 @@ def _calibrate(
         _without_calibration(args, runner, f"the calibration failed: {error}")
         return None
     print("\n".join(calibration.table()))
-    args.timing = calibration.timing.value
-    _measure_defaults(args)
-    runner.set_timing(calibration.timing, args.number, args.repeat, args.min_repeat_ms)
+    _use_timing(args, runner, calibration.timing)
     return calibration
 
 
 def _without_calibration(args: argparse.Namespace, runner: TimingRunner, why: str) -> None:
     """Time cold-weights (the timing before calibration existed), saying why."""
     print(f"Timing: cold-weights ({why})", flush=True)
-    args.timing = Timing.COLD_WEIGHTS.value
+    _use_timing(args, runner, Timing.COLD_WEIGHTS)
+
+
+def _use_timing(args: argparse.Namespace, runner: TimingRunner, timing: Timing) -> None:
+    """Time as `timing` from now on, with the user's --number/--repeat/--min-repeat-ms
+    where given and the timing's defaults for the rest."""
+    args.timing = timing.value
     _measure_defaults(args)
-    runner.set_timing(Timing.COLD_WEIGHTS, args.number, args.repeat, args.min_repeat_ms)
+    runner.set_timing(timing, args.number, args.repeat, args.min_repeat_ms)
 
 
 def _tune(args: argparse.Namespace) -> int:
