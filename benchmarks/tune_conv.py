@@ -78,7 +78,7 @@ def _time_side_by_side(
                 order.reverse()
             results = runner.run([inputs[i] for i in order], [built[i] for i in order])
             for index, result in zip(order, results, strict=True):
-                times[names[index]].append(result.mean_cost)
+                times[names[index]].append(result.median_cost)
             # An idle thread pool (OpenMP's in the runner, ONNX Runtime's here) spins
             # for a while after its last call and would steal a core from the other.
             time.sleep(SETTLE_SECONDS)
@@ -128,7 +128,7 @@ def _tune(task: SearchTask, args: argparse.Namespace) -> State:
     curve: list[tuple[int, float]] = []
 
     def track(records: Sequence[MeasureRecord]) -> None:
-        best = min([r.mean_cost for r in records] + [curve[-1][1] if curve else float("inf")])
+        best = min([r.median_cost for r in records] + [curve[-1][1] if curve else float("inf")])
         curve.append(((curve[-1][0] if curve else 0) + len(records), best))
 
     with LocalBuilder() as builder, LocalRunner(number=3, min_repeat_ms=20) as runner:

@@ -96,7 +96,7 @@ def main() -> None:
     measured, _, _ = in_network_times(tuned_profile, tasks, args.repeat)
     best: dict[str, float] = defaultdict(lambda: math.inf)
     for record in load_records(args.records):
-        best[record.task.workload_key] = min(best[record.task.workload_key], record.mean_cost)
+        best[record.task.workload_key] = min(best[record.task.workload_key], record.median_cost)
     print(
         f"{'task':28s} {'w':>2s} {'net def':>8s} {'alone def (cw/warm/cold)':>26s} "
         f"{'ratio':>6s} {'best':>8s} {'pred net':>8s} {'meas net':>8s} {'pred/meas':>9s}"

@@ -18,11 +18,13 @@ import onnx
 import pytest
 from onnx_models import one_node_model
 
-from ember.autoschedule import load_records
+from ember.autoschedule import extract_tasks, load_records
 from ember.autoschedule.measure import Timing
 from ember.autoschedule.records import MeasureRecord, steps_key
+from ember.autoschedule.task_scheduler import SchedulerResult
 from ember.cli import build_parser, main
 from ember.cli_commands import tune as tune_command
+from ember.cli_commands.common import load_model, parse_shapes
 
 REPO = Path(__file__).resolve().parents[1]
 # The built-in MLP on 1 x 3 x 8 x 8 images: 4 tasks, each measured in milliseconds.
@@ -38,7 +40,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int,
 
 @pytest.fixture(scope="module")
 def tuned_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """A 16-trial run (two rounds of 8) and what it printed."""
+    """A 16-trial run (asked for rounds of 8: four of 4) and what it printed."""
     log = tmp_path_factory.mktemp("tune") / "mlp.records.json"
     argv = ["tune", *SMALL_MLP, "--trials", "16", "--per-round", "8", *FAST, "-o", str(log)]
     capture = subprocess.run(
@@ -65,8 +67,10 @@ def test_tune_writes_a_log_with_weights_and_prints_table_and_summary(
     assert "|  ID  | Latency (ms) | Speed (GFLOPS) | Trials |" in out
     assert "Estimated total latency:" in out
     assert "Tuned 16 trials over 4 tasks in" in out and "build" in out and "run" in out
-    # Two rounds of 8 reach two of the four tasks: no end-to-end estimate yet.
-    assert "Estimated end-to-end latency: - (no valid schedule yet for task(s) 2, 3" in out
+    # 16 trials do not give four tasks a round of 8 each: rounds of 4 reach them all.
+    assert "Tuning 16 trials, 4 per round (of 8: every task gets a round)" in out
+    assert "Estimated end-to-end latency: " in out
+    assert [line.count("|") for line in out.splitlines() if line.startswith("|    3 |")]
     assert f"Records: {log} (16 new)" in out
     assert (
         f"Next: ember compile mlp --target llvm --input-shapes 'data:[1,3,8,8]' "
@@ -81,7 +85,7 @@ def test_compile_uses_the_tuned_log(
     artifact = tmp_path / "mlp.tuned.tar"
     code, out, _ = run_cli(capsys, "compile", *SMALL_MLP, "--tuning-records", log, "-o", artifact)
     assert code == 0
-    assert "tuned schedules: 2 of " in out
+    assert "tuned schedules: 4 of " in out  # every task had a round
     assert artifact.is_file()
 
 
@@ -121,14 +125,20 @@ def test_records_train_a_cost_model_that_warm_starts_tuning(
     model = tmp_path / "mlp.cost.npz"
     code, out, _ = run_cli(capsys, "records", "train", log, "--model", SMALL_MLP[0],
                            "--input-shapes", SMALL_MLP[2], "-o", model)  # fmt: skip
-    assert code == 0 and "trained on 16 record(s) of 2 task(s)" in out and model.is_file()
+    assert code == 0 and "trained on 16 record(s) of 4 task(s)" in out and model.is_file()
     warm = tmp_path / "warm.json"
     code, out, _ = run_cli(capsys, "tune", *SMALL_MLP, "--trials", "8", "--per-round", "8",
                            "--seed", "0", "--min-repeat-ms", "0", "--timing", "warm",
                            "--warm-start", model, "-o", warm)  # fmt: skip
     assert code == 0 and len(load_records(warm)) == 8
-    # Records of another model's tasks.
-    code, _, err = run_cli(capsys, "records", "train", log, "--model", "squeezenet_v1.1",
+    # Records of another model's tasks (the MLP's dense layers; its 1000-class softmax
+    # is SqueezeNet's too).
+    dense = tmp_path / "dense.json"
+    graph, params = load_model("mlp", parse_shapes(SMALL_MLP[2]))
+    softmax = next(t for t in extract_tasks(graph, params, "llvm")[0] if t.desc == "softmax")
+    kept = [r for r in load_records(log) if r.task.workload_key != softmax.workload_key]
+    dense.write_text("".join(record.to_line() for record in kept))
+    code, _, err = run_cli(capsys, "records", "train", dense, "--model", "squeezenet_v1.1",
                            "-o", model)  # fmt: skip
     assert code == 2 and "none of the records" in err
     code, _, err = run_cli(capsys, "tune", *SMALL_MLP, "--warm-start", tmp_path / "no.npz",
@@ -326,3 +336,18 @@ def test_tune_is_registered_in_help(capsys: pytest.CaptureFixture[str]) -> None:
                    "--include-simple-tasks", "--cost-model", "--strategy", "--seed",
                    "--timing", "{auto,warm,cold-weights,cold}", "--cpu-cache-flush"):  # fmt: skip
         assert option in out
+
+
+def test_the_summary_says_which_tasks_have_no_schedule_yet(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["tune", *SMALL_MLP, "-o", str(tmp_path / "r.json")])
+    graph, params = load_model("mlp", parse_shapes(SMALL_MLP[2]))
+    tasks, weights = extract_tasks(graph, params, "llvm")
+    best = (1e-3, *[math.inf] * (len(tasks) - 1))
+    result = SchedulerResult(
+        tuple(tasks), tuple(weights), best, (8,) + (0,) * (len(tasks) - 1), 1.0, False, ()
+    )
+    lines = tune_command.describe_result(result, args, 8)
+    assert (
+        "Estimated end-to-end latency: - (no valid schedule yet for task(s) 1, 2, 3; tune "
+        "longer)" in lines
+    )

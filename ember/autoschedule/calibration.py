@@ -39,6 +39,7 @@ import numpy as np
 from ember.autoschedule.measure import Builder, MeasureInput, Runner, Timing, release
 from ember.autoschedule.task import SearchTask
 from ember.errors import EmberError
+from ember.graph.ir import Graph, Params
 from ember.runtime.module import Module, ModuleInfo
 from ember.runtime.profile import Profile
 from ember.schedule.default import default_schedule
@@ -214,6 +215,26 @@ def in_network_times(
     return per_call, untuned, profile.total_seconds
 
 
+def profile_network(
+    graph: Graph,
+    params: Params,
+    tasks: Sequence[SearchTask],
+    tuning_records: str | None = None,
+    repeat: int = CALIBRATION_REPEAT,
+) -> tuple[list[float], float, float]:
+    """Build the network of `tasks` (with `tuning_records`' best schedules, or the
+    defaults), run it on random inputs and return `in_network_times`: per task its
+    seconds per call, the seconds of the steps no task covers, and the total."""
+    from ember import build
+
+    module = build(graph, tasks[0].target, params=params, tuning_records=tuning_records).load()
+    try:
+        set_random_inputs(module)
+        return in_network_times(module, tasks, repeat)
+    finally:
+        module.close()
+
+
 def set_random_inputs(module: Module, seed: int = 0) -> None:
     """Give each input of `module` random values: normal floats, zero integers (zero is
     in range for any index or id)."""
@@ -239,7 +260,7 @@ def time_defaults_alone(
             runner.set_timing(timing)
             for index, result in enumerate(runner.run(inputs, built)):
                 if result.ok:
-                    times[index][timing] = result.mean_cost
+                    times[index][timing] = result.median_cost
     finally:
         release(built)
     return times

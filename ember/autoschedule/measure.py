@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,14 @@ class Timing(Enum):
         return (3, 1, 100.0) if self is Timing.WARM else (1, 10, 0.0)
 
 
+def median_seconds(costs: Sequence[float]) -> float:
+    """The median of a candidate's timed runs: what it costs. Not the mean: on a busy
+    machine one call in ten can lose a scheduler tick (4 ms) while an OpenMP thread
+    waits for a core, and the mean of ten 0.04 ms runs with one such outlier is ten
+    times the kernel's time (seen on MobileNetV2 while another process ran)."""
+    return float(statistics.median(costs))
+
+
 @dataclass(frozen=True, slots=True)
 class BuildResult:
     """A compiled candidate (`path` to its shared library, the packed entry `symbol`,
@@ -103,9 +112,9 @@ class MeasureResult:
         return self.error is ErrorKind.NONE and bool(self.costs)
 
     @property
-    def mean_cost(self) -> float:
-        """Mean seconds per run; infinity for an error."""
-        return sum(self.costs) / len(self.costs) if self.ok else float("inf")
+    def median_cost(self) -> float:
+        """Median seconds per run (see `median_seconds`); infinity for an error."""
+        return median_seconds(self.costs) if self.ok else float("inf")
 
 
 class Builder(Protocol):

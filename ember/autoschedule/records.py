@@ -13,6 +13,7 @@ import enum
 import json
 import math
 import os
+import statistics
 import tempfile
 import time
 import warnings
@@ -104,11 +105,12 @@ class RecordResult:
     timestamp: float = field(default_factory=time.time)
 
     @property
-    def mean_cost(self) -> float:
-        """Mean cost in seconds; infinity for an error or a result without costs."""
+    def median_cost(self) -> float:
+        """Median cost in seconds (`measure.median_seconds`); infinity for an error or a
+        result without costs."""
         if self.error is not ErrorKind.NONE or not self.costs:
             return math.inf
-        return sum(self.costs) / len(self.costs)
+        return float(statistics.median(self.costs))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -151,8 +153,8 @@ class MeasureRecord:
         return self.result.error is ErrorKind.NONE and bool(self.result.costs)
 
     @property
-    def mean_cost(self) -> float:
-        return self.result.mean_cost
+    def median_cost(self) -> float:
+        return self.result.median_cost
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -321,7 +323,7 @@ def distill(records: Iterable[MeasureRecord]) -> list[MeasureRecord]:
     best: dict[tuple[str, str], MeasureRecord] = {}
     for record in records:
         key = (record.task.workload_key, record.task.target)
-        if record.is_valid and (key not in best or record.mean_cost < best[key].mean_cost):
+        if record.is_valid and (key not in best or record.median_cost < best[key].median_cost):
             best[key] = record
     return list(best.values())
 
@@ -378,8 +380,8 @@ def summarize(records: Iterable[MeasureRecord]) -> list[TaskRecordSummary]:
         groups.setdefault((record.task.workload_key, record.task.target), []).append(record)
     summaries = []
     for (workload_key, target), group in groups.items():
-        best = min(group, key=lambda r: r.mean_cost)
-        seconds = best.mean_cost if best.is_valid else None
+        best = min(group, key=lambda r: r.median_cost)
+        seconds = best.median_cost if best.is_valid else None
         flops = next((r.task.flops for r in group if r.task.flops is not None), None)
         counts: dict[ErrorKind, int] = {}
         for record in group:

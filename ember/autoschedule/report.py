@@ -81,8 +81,8 @@ def estimate_curve(records: Sequence[MeasureRecord], label: str = "") -> Estimat
     points: list[tuple[int, float]] = []
     for trial, record in enumerate(records, start=1):
         key = (record.task.workload_key, record.task.target)
-        if record.is_valid and record.mean_cost < best.get(key, math.inf):
-            best[key] = record.mean_cost
+        if record.is_valid and record.median_cost < best.get(key, math.inf):
+            best[key] = record.median_cost
         if len(best) < len(weights):
             continue
         estimate = sum(best[k] * weight for k, weight in weights.items())

@@ -12,8 +12,9 @@ score, children are one mutation away (tile sizes, parallel granularity, unroll,
 compute location). The round's batch is the best-scored states nobody has measured,
 except an epsilon share drawn at random from the fresh population, so that a wrong
 model cannot starve parts of the space; a task's first round measures its seeds and a
-random sample (`first_round_model`). States are identified by their step list (what a
-record stores), so a state loaded from a log is never measured again.
+random sample (`first_round_model`), unless the cost model is pretrained. States are
+identified by their step list (what a record stores), so a state loaded from a log is
+never measured again.
 """
 
 from __future__ import annotations
@@ -112,7 +113,10 @@ class EvolutionarySearch:
         seeds, self._seeds = self._take(self._seeds, count, set()), []
         chosen = {state_key(s) for s in seeds}
         population = self._unique([*seeds, *self.best_measured(self.params.elite_measured), *fresh])
-        explore = not self.measured and not self.params.first_round_model
+        # A pretrained model (XGBModel.set_base) knows other tasks' measurements: it
+        # picks the first round too, the point of warm-starting.
+        informed = self.params.first_round_model or getattr(self.cost_model, "pretrained", False)
+        explore = not self.measured and not informed
         best = [] if explore else self._evolve(population, count)
         num_random = count - len(seeds)
         if not explore:

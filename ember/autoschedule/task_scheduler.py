@@ -8,7 +8,8 @@
 End-to-end latency is estimated as `sum(best_cost[t] * weight[t] * ratio[t])` plus the
 steps no task covers, where a `Calibration` (`ember.autoschedule.calibration`) measured
 each task's in-network / alone time ratio and those steps (without one: ratio 1,
-nothing else). Every task first gets one round (a best to start from); after that each
+nothing else). Every task first gets one round (a best to start from; a budget too
+small for a full round per task shortens every round, `round_size`); after that each
 round goes to the task whose next round is expected to shorten that sum most
 ("gradient" strategy) or to the next task in turn ("round-robin"). The expected gain
 of a task is its weight times its ratio times its expected improvement per trial, a
@@ -34,7 +35,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -53,6 +54,7 @@ from ember.autoschedule.tuning import (
     TuningStats,
     measurers,
 )
+from ember.errors import EmberError
 from ember.te.tensor import ComputeOp
 
 STRATEGIES = ("gradient", "round-robin")
@@ -66,6 +68,13 @@ SIMILAR_THROUGHPUT_DIVISOR = 2.0
 EPS_RANDOM_TASK = 0.05
 # A task without a valid candidate after this many rounds is given up.
 MAX_ROUNDS_WITHOUT_VALID = 3
+# Shares of the trial budget after which a network profiler (set_network_profiler)
+# re-measures the in-network / alone ratios on the best schedules so far.
+RECALIBRATE_AT = (0.4, 0.8)
+
+# Per task, the in-network seconds per call of the network built with the best
+# schedules so far, and the seconds of the steps no task covers.
+NetworkProfiler = Callable[[], tuple[Sequence[float], float]]
 
 
 @dataclass(frozen=True)
@@ -101,9 +110,11 @@ class SchedulerResult:
 class TaskScheduler:
     """Tunes many tasks under one budget (see the module docstring).
 
-    `cost_model`: "xgb" (the learned model, `ember.autoschedule.xgb_model`), "random",
-    or a CostModel. `load_log_file`: records of an earlier run; their states are not
-    measured again, each task starts from its best, and the model learns from them.
+    `cost_model`: "xgb" (the learned model, `ember.autoschedule.xgb_model`),
+    "pretrained" (the same, warm-started from the model shipped for the tasks' machine
+    class, `ember.autoschedule.pretrained`), "random", or a CostModel.
+    `load_log_file`: records of an earlier run; their states are not measured again,
+    each task starts from its best, and the model learns from them.
     `load_model_file`: a model saved by `XGBModel.save`, to start from.
     `base_model_file`: one (`ember records train`) to warm-start from: its trees score
     candidates from the first round and the online model learns corrections to them
@@ -139,6 +150,16 @@ class TaskScheduler:
             self.set_calibration(calibration)
         self.strategy = strategy
         self.rng = random.Random(seed)
+        if cost_model == "pretrained":
+            if base_model_file is not None:
+                raise TuningError(
+                    "cost_model='pretrained' warm-starts from the shipped model; give "
+                    "base_model_file with cost_model='xgb' instead"
+                )
+            from ember.autoschedule.pretrained import pretrained_model_file
+
+            base_model_file = pretrained_model_file(tasks[0].hardware_params, tasks[0].target)
+            cost_model = "xgb"
         self.cost_model = _cost_model(cost_model, load_model_file, seed, base_model_file)
         self.tuners = [
             TaskTuner(task, self.cost_model, search_params, seed, weight=weight)
@@ -148,6 +169,8 @@ class TaskScheduler:
         self.rounds_without_valid = [0] * len(tasks)
         self.history_of_best: list[list[tuple[int, float]]] = [[] for _ in tasks]
         self.done = [False] * len(tasks)
+        self._profiler: NetworkProfiler | None = None
+        self._recalibrate_at: list[float] = []
         if load_log_file is not None:
             records = load_records(load_log_file)
             for tuner in self.tuners:
@@ -163,6 +186,47 @@ class TaskScheduler:
         self.ratios = calibration.ratios()
         self.untuned_seconds = calibration.untuned_seconds
 
+    def set_network_profiler(
+        self, profiler: NetworkProfiler, at: Sequence[float] = RECALIBRATE_AT
+    ) -> None:
+        """Re-measure the ratios during `tune`, once the trials pass each share `at` of
+        the budget: `profiler` builds the network with the best schedules so far and
+        profiles it, and each task with a best gets ratio = its in-network time / its
+        best's lone time. A calibration measures the default schedules' ratios, which
+        tuned schedules do not keep (a stride-2 conv's default ran at 0.72-0.87x its lone
+        time in the network, its tuned schedule at 1.1x): re-measured on the schedules
+        the estimate sums, the ratios follow them. A profiler that fails (EmberError)
+        leaves the ratios as they were."""
+        if any(not 0 < share <= 1 for share in at):
+            raise TuningError(f"recalibration points {list(at)} must be shares in (0, 1]")
+        self._profiler = profiler
+        self._recalibrate_at = sorted(at)
+
+    def recalibrate(self) -> str:
+        """Profile the network with the best schedules so far (`set_network_profiler`'s
+        profiler) and take its ratios; one line saying what changed."""
+        if self._profiler is None:
+            raise TuningError("no network profiler: call set_network_profiler first")
+        before = self._estimate()
+        try:
+            in_network, untuned = self._profiler()
+        except EmberError as error:
+            return f"Recalibration skipped: profiling the tuned network failed ({error})"
+        if len(in_network) != len(self.tasks):
+            raise TuningError(
+                f"the network profiler gave {len(in_network)} times for {len(self.tasks)} tasks"
+            )
+        ratios = list(self.ratios)
+        for index, tuner in enumerate(self.tuners):
+            if math.isfinite(tuner.best_cost) and tuner.best_cost > 0 and in_network[index] > 0:
+                ratios[index] = in_network[index] / tuner.best_cost
+        self.ratios, self.untuned_seconds = tuple(ratios), untuned
+        return (
+            f"Recalibrated on the network with the best schedules so far: estimate "
+            f"{_ms(before)} -> {_ms(self._estimate())} (in-network / alone ratios "
+            f"{min(ratios):.2f}-{max(ratios):.2f})"
+        )
+
     # -- the loop ----------------------------------------------------------------------
 
     def tune(self, options: TuningOptions) -> SchedulerResult:
@@ -175,6 +239,7 @@ class TaskScheduler:
         console = Console(highlight=False)
         progress = _progress_bar(console, options)
         trials = 0
+        per_round = round_size(options, len(self.tasks))
         try:
             with progress:
                 bar = progress.add_task("tuning", total=options.num_measure_trials)
@@ -182,11 +247,21 @@ class TaskScheduler:
                     index = self._next_task()
                     if index is None:
                         break
-                    count = min(options.num_measures_per_round, options.num_measure_trials - trials)
+                    count = min(per_round, options.num_measure_trials - trials)
                     measured = self._round(index, count, builder, runner, options)
                     trials += measured
                     progress.update(bar, completed=trials)
                     elapsed = time.perf_counter() - started
+                    due = [
+                        share
+                        for share in self._recalibrate_at
+                        if trials >= share * options.num_measure_trials
+                    ]
+                    if due and self._profiler is not None:
+                        self._recalibrate_at = self._recalibrate_at[len(due) :]
+                        line = self.recalibrate()
+                        if options.verbose:
+                            progress.console.print(line, soft_wrap=True)
                     history.append((trials, elapsed, self._estimate()))
                     if options.verbose:
                         next_index = self._next_task(peek=True)
@@ -335,6 +410,25 @@ def task_tag(task: SearchTask) -> str:
     )
 
 
+# The shortest round a small budget shortens rounds to: shorter ones measure too few
+# candidates for what each round's search costs.
+MIN_MEASURES_PER_ROUND = 4
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms" if math.isfinite(seconds) else "-"
+
+
+def round_size(options: TuningOptions, num_tasks: int) -> int:
+    """Measurements per round: `num_measures_per_round`, or fewer when the budget does
+    not give every task one full round (200 trials over 19 tasks: rounds of 10, so that
+    every task is tuned, not the first 7), but at least MIN_MEASURES_PER_ROUND."""
+    fair_share = options.num_measure_trials // max(num_tasks, 1)
+    if fair_share >= options.num_measures_per_round:
+        return options.num_measures_per_round
+    return max(fair_share, min(MIN_MEASURES_PER_ROUND, options.num_measures_per_round))
+
+
 def _cost_model(
     choice: str | CostModel,
     load_model_file: str | os.PathLike[str] | None,
@@ -360,7 +454,7 @@ def _cost_model(
         if base_model_file is not None:
             model.set_base(base_model_file)
         return model
-    raise TuningError(f"unknown cost model {choice!r}; choose 'xgb' or 'random'")
+    raise TuningError(f"unknown cost model {choice!r}; choose 'xgb', 'pretrained' or 'random'")
 
 
 def _progress_bar(console: Console, options: TuningOptions) -> Progress:

@@ -179,12 +179,12 @@ class TaskTuner:
                 self.search.mark_measured([steps_key(record.steps)])
                 continue
             result = MeasureResult(record.result.costs, record.result.error, record.result.message)
-            self.search.record_measured([state], [result.mean_cost])
+            self.search.record_measured([state], [result.median_cost])
             self.trials += 1  # the task's trials in all runs (`stats`: this run's)
             inputs.append(MeasureInput(self.task, state))
             results.append(result)
-            if result.ok and result.mean_cost < self.best_cost:
-                self.best_state, self.best_cost = state, result.mean_cost
+            if result.ok and result.median_cost < self.best_cost:
+                self.best_state, self.best_cost = state, result.median_cost
         if inputs:
             self.cost_model.update(inputs, results)
         return len(inputs)
@@ -237,12 +237,12 @@ class TaskTuner:
         confirmed so far, so no candidate becomes the best unchecked."""
         results = list(results)
         faster = sorted(
-            (i for i, r in enumerate(results) if r.ok and r.mean_cost < self.best_cost),
-            key=lambda i: results[i].mean_cost,
+            (i for i, r in enumerate(results) if r.ok and r.median_cost < self.best_cost),
+            key=lambda i: results[i].median_cost,
         )
         confirmed_best = self.best_cost
         for index in faster:
-            if results[index].mean_cost >= confirmed_best:
+            if results[index].median_cost >= confirmed_best:
                 break
             verdict = runner.check(inputs[index], built[index])
             if verdict.error is not ErrorKind.NONE:
@@ -253,18 +253,18 @@ class TaskTuner:
             (again,) = runner.run([inputs[index]], [built[index]])
             if again.ok:
                 results[index] = replace(results[index], costs=again.costs)
-            confirmed_best = min(confirmed_best, results[index].mean_cost)
+            confirmed_best = min(confirmed_best, results[index].median_cost)
         return results
 
     def _account(self, states: Sequence[State], results: Sequence[MeasureResult]) -> None:
-        self.search.record_measured(states, [r.mean_cost for r in results])
+        self.search.record_measured(states, [r.median_cost for r in results])
         for state, result in zip(states, results, strict=True):
             self.trials += 1
             self.stats.trials += 1
             if not result.ok:
                 self.stats.errors[result.error] += 1
-            if result.ok and result.mean_cost < self.best_cost:
-                self.best_state, self.best_cost = state, result.mean_cost
+            if result.ok and result.median_cost < self.best_cost:
+                self.best_state, self.best_cost = state, result.median_cost
                 self.trials_since_improvement = 0
             else:
                 self.trials_since_improvement += 1

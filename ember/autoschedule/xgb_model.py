@@ -184,7 +184,7 @@ class XGBModel:
         for measure_input, result in zip(inputs, results, strict=True):
             task_key = measure_input.task.workload_key
             features = self._features(task_key, measure_input.state)
-            self._samples.append(_Sample(task_key, features, result.mean_cost))
+            self._samples.append(_Sample(task_key, features, result.median_cost))
         if self._samples and self.num_valid_samples >= max(self.num_warmup_samples, 1):
             self._train()
 
@@ -253,11 +253,14 @@ class XGBModel:
 
     # -- persistence ---------------------------------------------------------------------
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the booster and the training data to `path` (an `.npz` file)."""
-        keys = sorted({s.task_key for s in self._samples})
+    def save(self, path: str | os.PathLike[str], trees_only: bool = False) -> None:
+        """Write the booster and the training data to `path` (an `.npz` file); with
+        `trees_only`, the booster alone: all `set_base` reads (a shipped pretrained
+        model), a fraction of the size, but nothing to train further on."""
+        samples = [] if trees_only else self._samples
+        keys = sorted({s.task_key for s in samples})
         index = {key: i for i, key in enumerate(keys)}
-        features = [s.features for s in self._samples]
+        features = [s.features for s in samples]
         booster = b"" if self._booster is None else bytes(self._booster.save_raw("json"))
         base = b"" if self._base is None else bytes(self._base.save_raw("json"))
         meta = {
@@ -276,13 +279,13 @@ class XGBModel:
             if features
             else np.zeros((0, len(FEATURE_NAMES)), np.float32),
             "rows": np.array([len(f) for f in features], dtype=np.int64),
-            "costs": np.array([s.cost for s in self._samples], dtype=np.float64),
-            "tasks": np.array([index[s.task_key] for s in self._samples], dtype=np.int64),
+            "costs": np.array([s.cost for s in samples], dtype=np.float64),
+            "tasks": np.array([index[s.task_key] for s in samples], dtype=np.int64),
             "task_keys": np.array(keys, dtype=np.str_),
         }
         try:
             with open(path, "wb") as file:
-                np.savez(file, **arrays)  # type: ignore[arg-type]
+                np.savez_compressed(file, **arrays)  # type: ignore[arg-type]
         except OSError as error:
             raise CostModelError(
                 f"cannot write cost model {path}: {error.strerror}; pass a writable path"

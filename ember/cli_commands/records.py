@@ -77,7 +77,7 @@ def command_train(args: argparse.Namespace) -> int:
             f"{', '.join(args.model)} for target '{args.target}': give the models (and "
             "--target) the records were tuned for"
         )
-    cost_model.save(args.output)
+    cost_model.save(args.output, trees_only=args.trees_only)
     recorded = {record.task.workload_key for log in args.logs for record in load_records(log)}
     keys = recorded & {task.workload_key for task in tasks}
     print(
@@ -156,4 +156,10 @@ def add_parser(commands: Any) -> None:
         "--input-shapes", help="input shapes the records were tuned with, as for ember tune"
     )
     train.add_argument("-o", "--output", required=True, help="the cost model file (.npz)")
+    train.add_argument(
+        "--trees-only",
+        action="store_true",
+        help="write the trained trees alone, not the records' features: all --warm-start "
+        "reads, a much smaller file (how Ember's shipped pretrained models are written)",
+    )
     train.set_defaults(run=command_train)

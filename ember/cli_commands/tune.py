@@ -17,7 +17,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -322,15 +322,25 @@ def _tune(args: argparse.Namespace) -> int:
         calibration = _calibrate(args, graph, params, tasks, weights, builder, runner)
         if calibration is not None:
             scheduler.set_calibration(calibration)
+            if args.tuning_records in (None, args.output):  # the bests are all in -o
+                scheduler.set_network_profiler(_network_profiler(graph, params, tasks, args))
     except BaseException:
         builder.close()
         runner.close()
         raise
     options = _options(args, tasks, builder, runner)
     resumed = f", resuming from {args.tuning_records}" if args.tuning_records else ""
+    from ember.autoschedule.task_scheduler import round_size
+
+    per_round = round_size(options, len(tasks))
+    shortened = (
+        f" (of {options.num_measures_per_round}: every task gets a round)"
+        if per_round < options.num_measures_per_round
+        else ""
+    )
     print(
-        f"Tuning {options.num_measure_trials} trials, {options.num_measures_per_round} per "
-        f"round, strategy {args.strategy}, cost model {args.cost_model}{resumed}; "
+        f"Tuning {options.num_measure_trials} trials, {per_round} per round{shortened}, "
+        f"strategy {args.strategy}, cost model {args.cost_model}{resumed}; "
         f"records go to {args.output}",
         flush=True,
     )
@@ -345,30 +355,38 @@ def _tune(args: argparse.Namespace) -> int:
         print(f"Interrupted: resume with --tuning-records {args.output}", file=sys.stderr)
         return EXIT_INTERRUPTED
     if calibration is not None and math.isfinite(result.estimated_latency):
-        print(measure_tuned(graph, params, tasks[0].target, args.output, result, calibration))
+        print(measure_tuned(graph, params, tasks, args.output, result, calibration))
     return 0
+
+
+def _network_profiler(
+    graph: Graph, params: Params, tasks: Sequence[SearchTask], args: argparse.Namespace
+) -> Callable[[], tuple[list[float], float]]:
+    """Profiles the network built with the records written so far (the scheduler's
+    recalibration: TaskScheduler.set_network_profiler)."""
+    from ember.autoschedule.calibration import profile_network
+
+    def profiler() -> tuple[list[float], float]:
+        in_network, untuned, _ = profile_network(graph, params, tasks, args.output)
+        return in_network, untuned
+
+    return profiler
 
 
 def measure_tuned(
     graph: Graph,
     params: Params,
-    target: Target,
+    tasks: Sequence[SearchTask],
     records: str,
     result: SchedulerResult,
     calibration: Calibration,
 ) -> str:
     """Build the network with the tuned records, profile it and say how its time
     compares with the estimate and with the default schedules' (from calibration)."""
-    from ember import build
-    from ember.autoschedule.calibration import CALIBRATION_REPEAT, set_random_inputs
+    from ember.autoschedule.calibration import profile_network
 
     print("Measuring the tuned network: building it with the records", flush=True)
-    module = build(graph, target, params=params, tuning_records=records).load()
-    try:
-        set_random_inputs(module)
-        measured = module.profile(repeat=CALIBRATION_REPEAT).total_seconds
-    finally:
-        module.close()
+    _, _, measured = profile_network(graph, params, tasks, records)
     estimate, untuned = result.estimated_latency, calibration.network_seconds
     return (
         f"Measured in the network: {_seconds(measured)} tuned, against {_seconds(untuned)} "
@@ -423,9 +441,11 @@ def _add_tuning_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--cost-model",
-        choices=("xgb", "random"),
+        choices=("xgb", "pretrained", "random"),
         default="xgb",
-        help="what ranks candidates before measuring (default xgb, the learned model)",
+        help="what ranks candidates before measuring (default xgb, the learned model; "
+        "pretrained: the same, warm-started from the model shipped for this machine class, "
+        "which ranks well from the first round)",
     )
     add(
         "--warm-start",

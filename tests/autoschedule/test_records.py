@@ -95,7 +95,7 @@ def test_damaged_lines_are_skipped_with_one_warning(tmp_path: Path) -> None:
     # the next round starts on a fresh line, so it is not lost to the damaged one
     write(log, record(cost=5e-4))
     with pytest.warns(UserWarning, match="skipped 2"):
-        assert load_records(log)[-1].mean_cost == pytest.approx(5e-4)
+        assert load_records(log)[-1].median_cost == pytest.approx(5e-4)
 
 
 def test_a_clean_log_loads_without_warnings(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_load_best_ignores_errors_and_other_tasks(tmp_path: Path) -> None:
         record(cost=1e-6, target="cuda"),
     ]
     best = load_best(records, KEY, "llvm")
-    assert best is not None and best.mean_cost == pytest.approx(2e-3)
+    assert best is not None and best.median_cost == pytest.approx(2e-3)
     log = write(tmp_path / "log.json", *records)
     assert load_best(log, KEY, "llvm") == best
     assert load_best(log, KEY, "c") is None
@@ -131,7 +131,7 @@ def test_distill_keeps_the_best_valid_record_per_task() -> None:
             record(cost=4e-3, key=OTHER_KEY),
         ]
     )
-    assert [(r.task.workload_key, r.mean_cost) for r in best] == [(KEY, 1e-3), (OTHER_KEY, 4e-3)]
+    assert [(r.task.workload_key, r.median_cost) for r in best] == [(KEY, 1e-3), (OTHER_KEY, 4e-3)]
 
 
 def test_cli_distill_merges_into_the_existing_output(
@@ -141,7 +141,7 @@ def test_cli_distill_merges_into_the_existing_output(
     out = write(tmp_path / "out.json", record(cost=1e-3), record(cost=9e-3, target="cuda"))
     assert main(["records", "distill", "-i", str(log), "-o", str(out)]) == 0
     assert "wrote 3 record(s)" in capsys.readouterr().out
-    merged = {(r.task.workload_key, r.task.target): r.mean_cost for r in load_records(out)}
+    merged = {(r.task.workload_key, r.task.target): r.median_cost for r in load_records(out)}
     assert merged == {(KEY, "llvm"): 1e-3, (KEY, "cuda"): 9e-3, (OTHER_KEY, "llvm"): 2e-3}
 
 
@@ -149,7 +149,7 @@ def test_cli_distill_default_output(tmp_path: Path, capsys: pytest.CaptureFixtur
     log = write(tmp_path / "tune.json", record(cost=3e-3), record(cost=2e-3))
     assert main(["records", "distill", "-i", str(log)]) == 0
     assert str(tmp_path / "tune.best.json") in capsys.readouterr().out
-    assert [r.mean_cost for r in load_records(tmp_path / "tune.best.json")] == [2e-3]
+    assert [r.median_cost for r in load_records(tmp_path / "tune.best.json")] == [2e-3]
 
 
 def test_cli_show_prints_latency_gflops_trials_and_errors(

@@ -13,9 +13,11 @@ from ember.autoschedule.search import EvolutionarySearch, SearchParams
 from ember.schedule.default import default_schedule
 
 
-@pytest.mark.parametrize("first_round_model", [False, True])
-def test_the_first_round_asks_the_model_only_if_asked(
-    monkeypatch: pytest.MonkeyPatch, first_round_model: bool
+@pytest.mark.parametrize(
+    ("first_round_model", "pretrained"), [(False, False), (True, False), (False, True)]
+)
+def test_the_first_round_asks_the_model_only_if_asked_or_pretrained(
+    monkeypatch: pytest.MonkeyPatch, first_round_model: bool, pretrained: bool
 ) -> None:
     mutations: list[int] = []
     real_mutate = search_module.mutate
@@ -27,6 +29,7 @@ def test_the_first_round_asks_the_model_only_if_asked(
     monkeypatch.setattr(search_module, "mutate", counting_mutate)
     predictions: list[int] = []
     model = RandomModel(seed=0)
+    model.pretrained = pretrained  # type: ignore[attr-defined]  # as a warm-started XGBModel
     real_predict = model.predict
     model.predict = lambda task, states: (
         predictions.append(len(states))
@@ -40,7 +43,7 @@ def test_the_first_round_asks_the_model_only_if_asked(
     search = EvolutionarySearch(task, model, params, seed=0, initial_states=[default])
     first = search.next_batch(8)
     assert len(first) == 8 and state_key(first[0]) == state_key(default)  # the seed first
-    assert bool(mutations) == bool(predictions) == first_round_model
+    assert bool(mutations) == bool(predictions) == (first_round_model or pretrained)
     search.record_measured(first, [1e-3] * len(first))
     second = search.next_batch(8)
     assert mutations  # later rounds evolve

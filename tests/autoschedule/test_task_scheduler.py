@@ -4,6 +4,7 @@ printed table, and the errors a user can cause."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -14,11 +15,14 @@ from fake_measure import SMALL_SEARCH, FakeBuilder, FakeRunner, dense_relu_task
 from ember.autoschedule import MeasureRecord, RecordToFile, SearchTask, extract_tasks, load_records
 from ember.autoschedule.measure import MeasureResult
 from ember.autoschedule.records import steps_key
-from ember.autoschedule.task_scheduler import TaskScheduler, task_tag
+from ember.autoschedule.task_scheduler import TaskScheduler, round_size, task_tag
 from ember.autoschedule.tuning import TuningError, TuningOptions
+from ember.autoschedule.xgb_model import CostModelError, XGBModel
+from ember.errors import EmberError
 from ember.graph import GraphBuilder
 from ember.graph.ir import Value
 from ember.graph.ops.attrs import ConvAttrs
+from ember.target import Target
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +33,12 @@ def tasks() -> list[SearchTask]:
 def options(
     trials: int, builder: FakeBuilder, runner: FakeRunner, **kwargs: object
 ) -> TuningOptions:
+    settings: dict[str, object] = {"num_measures_per_round": 4, "verbose": 0, **kwargs}
     return TuningOptions(
         num_measure_trials=trials,
-        num_measures_per_round=4,
         builder=builder,
         runner=runner,
-        verbose=0,
-        **kwargs,  # type: ignore[arg-type]
+        **settings,  # type: ignore[arg-type]
     )
 
 
@@ -59,7 +62,7 @@ def test_the_budget_goes_to_the_task_that_dominates_the_latency(tasks: list[Sear
         best: dict[str, float] = {}
         for record in records[:trials]:
             key = record.task.workload_key
-            best[key] = min(best.get(key, math.inf), record.mean_cost)
+            best[key] = min(best.get(key, math.inf), record.median_cost)
         if len(best) < len(tasks):
             assert estimate == math.inf, trials
         else:
@@ -124,7 +127,7 @@ def test_resume_measures_nothing_twice(tasks: list[SearchTask], tmp_path: Path) 
     assert not keys_before & set(builder.built)
     # Each task starts from the best of the log.
     for index, task in enumerate(tasks):
-        best = min(r.mean_cost for r in records if r.task.workload_key == task.workload_key)
+        best = min(r.median_cost for r in records if r.task.workload_key == task.workload_key)
         assert result.best_costs[index] <= best
 
 
@@ -188,3 +191,69 @@ def test_bad_arguments_are_explained(tasks: list[SearchTask], tmp_path: Path) ->
         TaskScheduler(tasks, cost_model="gbm")
     with pytest.raises(TuningError, match="load_model_file needs cost_model='xgb'"):
         TaskScheduler(tasks, cost_model="random", load_model_file=tmp_path / "m.json")
+
+
+def test_a_small_budget_gives_every_task_a_round() -> None:
+    """Rounds shrink so that every task is tuned (TVM's rule), but not below 4."""
+    many = [dense_relu_task(8, 16, 8 + n, f"t{n}") for n in range(6)]
+
+    def rounds_of(trials: int, per_round: int) -> int:
+        opts = TuningOptions(num_measure_trials=trials, num_measures_per_round=per_round)
+        return round_size(opts, len(many))
+
+    assert rounds_of(2000, 32) == 32  # enough for a full round each
+    assert rounds_of(60, 32) == 10
+    assert rounds_of(12, 32) == 4  # at least 4 ...
+    assert rounds_of(12, 2) == 2  # ... unless asked for fewer
+    scheduler = TaskScheduler(many, cost_model="random", search_params=SMALL_SEARCH, seed=0)
+    result = scheduler.tune(options(60, FakeBuilder(), FakeRunner({}), num_measures_per_round=32))
+    assert result.total_trials == 60 and all(trials == 10 for trials in result.task_trials)
+
+
+def test_the_pretrained_cost_model_is_the_shipped_one_for_the_machine_class(
+    tasks: list[SearchTask],
+) -> None:
+    avx512 = dataclasses.replace(tasks[0].hardware_params, vector_bytes=64)
+    x86 = [dataclasses.replace(task, hardware_params=avx512) for task in tasks]
+    scheduler = TaskScheduler(x86, cost_model="pretrained", seed=0)
+    assert isinstance(scheduler.cost_model, XGBModel) and scheduler.cost_model.pretrained
+    assert not scheduler.cost_model.trained  # its own trees come from this run's records
+    with pytest.raises(TuningError, match="base_model_file with cost_model='xgb'"):
+        TaskScheduler(x86, cost_model="pretrained", base_model_file="cm.npz")
+    neon = dataclasses.replace(tasks[0].hardware_params, vector_bytes=16)
+    arm_target = Target("llvm -mtriple=aarch64-linux-gnu")
+    arm = dataclasses.replace(tasks[0], target=arm_target, hardware_params=neon)
+    with pytest.raises(CostModelError, match=r"aarch64-128bit.*--warm-start"):
+        TaskScheduler([arm], cost_model="pretrained")
+
+
+def test_recalibration_measures_the_ratios_of_the_best_schedules(
+    tasks: list[SearchTask],
+) -> None:
+    """At each share of the budget the profiler is asked for the network with the
+    bests so far; each task's ratio becomes its in-network time / its best's."""
+    scheduler = TaskScheduler(tasks, [3, 1], cost_model="random", search_params=SMALL_SEARCH)
+    calls: list[tuple[float, ...]] = []
+
+    def profiler() -> tuple[list[float], float]:
+        bests = tuple(tuner.best_cost for tuner in scheduler.tuners)
+        calls.append(bests)
+        return [1.5 * bests[0], 0.5 * bests[1]], 2e-3
+
+    scheduler.set_network_profiler(profiler, at=(0.5, 1.0))
+    runner = FakeRunner({"big": 1e-2, "small": 1e-3})
+    result = scheduler.tune(options(32, FakeBuilder(), runner))
+    assert len(calls) == 2 and result.ratios == pytest.approx((1.5, 0.5))
+    assert result.untuned_seconds == 2e-3
+    # The ratios were measured on the final bests, so the estimate is the network's.
+    best = calls[-1]
+    assert result.best_costs == best
+    assert result.estimated_latency == pytest.approx(3 * 1.5 * best[0] + 0.5 * best[1] + 2e-3)
+
+    def failing() -> tuple[list[float], float]:
+        raise EmberError("no compiler")
+
+    scheduler.set_network_profiler(failing)
+    assert "skipped" in scheduler.recalibrate() and scheduler.ratios == result.ratios
+    with pytest.raises(TuningError, match="shares"):
+        scheduler.set_network_profiler(failing, at=(0.0,))

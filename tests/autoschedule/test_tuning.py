@@ -54,8 +54,8 @@ def test_the_budget_is_spent_in_rounds_and_no_state_is_measured_twice(tmp_path: 
     assert len(builder.built) == len(set(builder.keys)) == 30
     records = load_records(log)
     assert len(records) == 30
-    best = min(records, key=lambda r: r.mean_cost)
-    assert result.best_cost == pytest.approx(best.mean_cost)
+    best = min(records, key=lambda r: r.median_cost)
+    assert result.best_cost == pytest.approx(best.median_cost)
     assert result.stats.trials == 30 and result.best_gflops > 0
     assert state_key(apply_best(task, log)) == state_key(result.best_state)  # type: ignore[arg-type]
     assert state_key(apply_best(task, records)) == state_key(result.best_state)  # type: ignore[arg-type]
@@ -116,14 +116,14 @@ def test_a_new_best_is_timed_again_and_keeps_the_second_timing() -> None:
     def key(record: MeasureRecord) -> str:
         return state_key(replay(task.compute_dag, record.steps))
 
-    slowest = max(records, key=lambda record: record.mean_cost)
+    slowest = max(records, key=lambda record: record.median_cost)
     runner = LuckyRunner({key(slowest)})
     again: list[MeasureRecord] = []
     result = tune(task, options(8, runner=runner, measure_callbacks=[again.extend]))
     assert result.best_cost == pytest.approx(plain.best_cost)
     assert runner.checked == [key(slowest), state_key(plain.best_state)]
     lucky = next(record for record in again if key(record) == key(slowest))
-    assert lucky.mean_cost == pytest.approx(slowest.mean_cost)
+    assert lucky.median_cost == pytest.approx(slowest.median_cost)
     assert runner.timed.count(key(slowest)) == 2
 
 
@@ -137,7 +137,7 @@ def test_a_resumed_run_skips_what_the_log_measured(tmp_path: Path) -> None:
         json.dumps([s.to_json() for s in r.steps], separators=(",", ":")) for r in load_records(log)
     }
     assert len(first) == 16 and not first & set(builder.keys)
-    assert resumed.best_cost <= min(r.mean_cost for r in load_records(log))
+    assert resumed.best_cost <= min(r.median_cost for r in load_records(log))
 
 
 def test_early_stopping_ends_a_task_without_improvement() -> None:
