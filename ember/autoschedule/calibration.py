@@ -29,6 +29,7 @@ optimises and prints (`Calibration.estimate`).
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,11 +42,15 @@ from ember.autoschedule.task import SearchTask
 from ember.errors import EmberError
 from ember.graph.ir import Graph, Params
 from ember.runtime.module import Module, ModuleInfo
-from ember.runtime.profile import Profile
+from ember.runtime.profile import Profile, ProfileRow
 from ember.schedule.default import default_schedule
 
 # Profiled runs of the network; each step's time is their median.
 CALIBRATION_REPEAT = 20
+# Profiles taken, PROFILE_PAUSE_SECONDS apart; each step's time is the least of them
+# (in_network_times).
+CALIBRATION_PROFILES = 3
+PROFILE_PAUSE_SECONDS = 0.2
 # Which timing wins a tie (equal errors): the one that models a network best by design.
 TIMING_PREFERENCE = (Timing.COLD_WEIGHTS, Timing.WARM, Timing.COLD)
 # Another timing replaces cold-weights only with an error this much smaller (a share of
@@ -187,22 +192,36 @@ class ProfiledModule(Protocol):
 
 
 def in_network_times(
-    module: ProfiledModule, tasks: Sequence[SearchTask], repeat: int = CALIBRATION_REPEAT
+    module: ProfiledModule,
+    tasks: Sequence[SearchTask],
+    repeat: int = CALIBRATION_REPEAT,
+    profiles: int = CALIBRATION_PROFILES,
 ) -> tuple[list[float], float, float]:
-    """Profile `module` (the network, built with default schedules) and return per task
-    the mean seconds per call of its groups, the seconds of the steps no task covers,
-    and the profile's total."""
-    profile = module.profile(repeat=repeat)
+    """Profile `module` (the network) and return per task the mean seconds per call of
+    its groups, the seconds of the steps no task covers, and the total: each step's
+    time is the least of `profiles` profiles' medians, taken PROFILE_PAUSE_SECONDS
+    apart, because another tenant of a shared machine can slow a whole profile (its
+    20 runs last a few milliseconds each): a ResNet-18 profiled mid-tuning came out
+    at 1.7x its time a minute later, and the ratios taken from it put the estimate at
+    173% of the network."""
+    step_seconds: list[float] = []
+    rows: Sequence[ProfileRow] = ()
+    for number in range(profiles):
+        if number:
+            time.sleep(PROFILE_PAUSE_SECONDS)
+        rows = module.profile(repeat=repeat).rows
+        times = [row.seconds for row in rows]
+        step_seconds = times if not step_seconds else list(map(min, step_seconds, times))
     groups = {group.name: group.workload_key for group in module.info.groups}
     index_of = {task.workload_key: index for index, task in enumerate(tasks)}
     seconds: dict[int, list[float]] = defaultdict(list)
     untuned = 0.0
-    for row in profile.rows:
+    for row, row_seconds in zip(rows, step_seconds, strict=True):
         index = index_of.get(groups.get(row.group) or "")
         if index is None:
-            untuned += row.seconds
+            untuned += row_seconds
         else:
-            seconds[index].append(row.seconds)
+            seconds[index].append(row_seconds)
     missing = [
         tasks[i].desc or tasks[i].workload_key for i in range(len(tasks)) if i not in seconds
     ]
@@ -212,7 +231,7 @@ def in_network_times(
             "tasks must come from the module's graph and target (extract_tasks)"
         )
     per_call = [sum(seconds[i]) / len(seconds[i]) for i in range(len(tasks))]
-    return per_call, untuned, profile.total_seconds
+    return per_call, untuned, sum(step_seconds)
 
 
 def profile_network(
