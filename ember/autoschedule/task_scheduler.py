@@ -69,7 +69,8 @@ EPS_RANDOM_TASK = 0.05
 # A task without a valid candidate after this many rounds is given up.
 MAX_ROUNDS_WITHOUT_VALID = 3
 # Shares of the trial budget after which a network profiler (set_network_profiler)
-# re-measures the in-network / alone ratios on the best schedules so far.
+# re-measures the in-network / alone ratios on the best schedules so far; it also does
+# when the last task gets its first best (the estimate is defined from then on).
 RECALIBRATE_AT = (0.4, 0.8)
 
 # Per task, the in-network seconds per call of the network built with the best
@@ -171,6 +172,7 @@ class TaskScheduler:
         self.done = [False] * len(tasks)
         self._profiler: NetworkProfiler | None = None
         self._recalibrate_at: list[float] = []
+        self._recalibrate_after_warmup = False
         if load_log_file is not None:
             records = load_records(load_log_file)
             for tuner in self.tuners:
@@ -190,17 +192,21 @@ class TaskScheduler:
         self, profiler: NetworkProfiler, at: Sequence[float] = RECALIBRATE_AT
     ) -> None:
         """Re-measure the ratios during `tune`, once the trials pass each share `at` of
-        the budget: `profiler` builds the network with the best schedules so far and
-        profiles it, and each task with a best gets ratio = its in-network time / its
-        best's lone time. A calibration measures the default schedules' ratios, which
-        tuned schedules do not keep (a stride-2 conv's default ran at 0.72-0.87x its lone
-        time in the network, its tuned schedule at 1.1x): re-measured on the schedules
-        the estimate sums, the ratios follow them. A profiler that fails (EmberError)
+        the budget and once every task has a best (the end of the warm-up, where the
+        estimate becomes defined: with 200 trials over 33 tasks that is the end of the
+        run, and ratios measured before it covered too few tasks): `profiler` builds
+        the network with the best schedules so far and profiles it, and each task with
+        a best gets ratio = its in-network time / its best's lone time. A calibration
+        measures the default schedules' ratios, which tuned schedules do not keep (a
+        stride-2 conv's default ran at 0.72-0.87x its lone time in the network, its
+        tuned schedule at 1.1x): re-measured on the schedules the estimate sums, the
+        ratios follow them. A profiler that fails (EmberError)
         leaves the ratios as they were."""
         if any(not 0 < share <= 1 for share in at):
             raise TuningError(f"recalibration points {list(at)} must be shares in (0, 1]")
         self._profiler = profiler
         self._recalibrate_at = sorted(at)
+        self._recalibrate_after_warmup = True
 
     def recalibrate(self) -> str:
         """Profile the network with the best schedules so far (`set_network_profiler`'s
@@ -257,8 +263,12 @@ class TaskScheduler:
                         for share in self._recalibrate_at
                         if trials >= share * options.num_measure_trials
                     ]
-                    if due and self._profiler is not None:
+                    warmed_up = self._recalibrate_after_warmup and all(
+                        math.isfinite(tuner.best_cost) for tuner in self.tuners
+                    )
+                    if (due or warmed_up) and self._profiler is not None:
                         self._recalibrate_at = self._recalibrate_at[len(due) :]
+                        self._recalibrate_after_warmup &= not warmed_up
                         line = self.recalibrate()
                         if options.verbose:
                             progress.console.print(line, soft_wrap=True)

@@ -230,8 +230,9 @@ def test_the_pretrained_cost_model_is_the_shipped_one_for_the_machine_class(
 def test_recalibration_measures_the_ratios_of_the_best_schedules(
     tasks: list[SearchTask],
 ) -> None:
-    """At each share of the budget the profiler is asked for the network with the
-    bests so far; each task's ratio becomes its in-network time / its best's."""
+    """Once every task has a best, and at each share of the budget, the profiler is
+    asked for the network with the bests so far; each task's ratio becomes its
+    in-network time / its best's."""
     scheduler = TaskScheduler(tasks, [3, 1], cost_model="random", search_params=SMALL_SEARCH)
     calls: list[tuple[float, ...]] = []
 
@@ -243,7 +244,9 @@ def test_recalibration_measures_the_ratios_of_the_best_schedules(
     scheduler.set_network_profiler(profiler, at=(0.5, 1.0))
     runner = FakeRunner({"big": 1e-2, "small": 1e-3})
     result = scheduler.tune(options(32, FakeBuilder(), runner))
-    assert len(calls) == 2 and result.ratios == pytest.approx((1.5, 0.5))
+    # At the end of the warm-up (trial 8: both tasks have a best), then at 16 and 32.
+    assert len(calls) == 3 and result.ratios == pytest.approx((1.5, 0.5))
+    assert all(math.isfinite(cost) for cost in calls[0])
     assert result.untuned_seconds == 2e-3
     # The ratios were measured on the final bests, so the estimate is the network's.
     best = calls[-1]
