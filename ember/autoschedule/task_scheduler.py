@@ -43,7 +43,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ember.autoschedule.calibration import Calibration, estimated_latency
 from ember.autoschedule.cost_model import CostModel, RandomModel
-from ember.autoschedule.measure import Builder, Runner
+from ember.autoschedule.measure import Builder, MeasureInput, Runner, release
 from ember.autoschedule.records import load_records
 from ember.autoschedule.search import SearchParams
 from ember.autoschedule.task import SearchTask
@@ -208,12 +208,20 @@ class TaskScheduler:
         self._recalibrate_at = sorted(at)
         self._recalibrate_after_warmup = True
 
-    def recalibrate(self) -> str:
+    def recalibrate(self, builder: Builder | None = None, runner: Runner | None = None) -> str:
         """Profile the network with the best schedules so far (`set_network_profiler`'s
-        profiler) and take its ratios; one line saying what changed."""
+        profiler) and take its ratios; one line saying what changed. With a builder and
+        runner, each best is timed alone again just before the profile, and its ratio
+        is the profile's time over that one: both taken within seconds, so that the
+        ratio does not carry how the machine's speed drifted since the best was first
+        timed (a shared machine's drifts by 20% over minutes; a ResNet-18 ratio taken
+        against the first timings put its estimate at 121% of the network)."""
         if self._profiler is None:
             raise TuningError("no network profiler: call set_network_profiler first")
         before = self._estimate()
+        alone = [tuner.best_cost for tuner in self.tuners]
+        if builder is not None and runner is not None:
+            alone = self._time_bests_again(builder, runner, alone)
         try:
             in_network, untuned = self._profiler()
         except EmberError as error:
@@ -223,15 +231,33 @@ class TaskScheduler:
                 f"the network profiler gave {len(in_network)} times for {len(self.tasks)} tasks"
             )
         ratios = list(self.ratios)
-        for index, tuner in enumerate(self.tuners):
-            if math.isfinite(tuner.best_cost) and tuner.best_cost > 0 and in_network[index] > 0:
-                ratios[index] = in_network[index] / tuner.best_cost
+        for index, lone in enumerate(alone):
+            if math.isfinite(lone) and lone > 0 and in_network[index] > 0:
+                ratios[index] = in_network[index] / lone
         self.ratios, self.untuned_seconds = tuple(ratios), untuned
         return (
             f"Recalibrated on the network with the best schedules so far: estimate "
             f"{_ms(before)} -> {_ms(self._estimate())} (in-network / alone ratios "
             f"{min(ratios):.2f}-{max(ratios):.2f})"
         )
+
+    def _time_bests_again(
+        self, builder: Builder, runner: Runner, alone: list[float]
+    ) -> list[float]:
+        """Each task's best timed alone now (its earlier time where this fails)."""
+        bests = [(i, t.best_state) for i, t in enumerate(self.tuners) if t.best_state is not None]
+        indices = [i for i, _ in bests]
+        inputs = [MeasureInput(self.tasks[i], state) for i, state in bests]
+        built = builder.build(inputs)
+        try:
+            results = runner.run(inputs, built)
+        finally:
+            release(built)
+        timed = list(alone)
+        for index, result in zip(indices, results, strict=True):
+            if result.ok:
+                timed[index] = result.median_cost
+        return timed
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -269,7 +295,7 @@ class TaskScheduler:
                     if (due or warmed_up) and self._profiler is not None:
                         self._recalibrate_at = self._recalibrate_at[len(due) :]
                         self._recalibrate_after_warmup &= not warmed_up
-                        line = self.recalibrate()
+                        line = self.recalibrate(builder, runner)
                         if options.verbose:
                             progress.console.print(line, soft_wrap=True)
                     history.append((trials, elapsed, self._estimate()))

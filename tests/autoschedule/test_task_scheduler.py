@@ -253,10 +253,19 @@ def test_recalibration_measures_the_ratios_of_the_best_schedules(
     assert result.best_costs == best
     assert result.estimated_latency == pytest.approx(3 * 1.5 * best[0] + 0.5 * best[1] + 2e-3)
 
+    # The machine has slowed down by half since the bests were timed: the profile says
+    # so, and so do the bests timed again beside it; the ratios do not change.
+    slow = FakeRunner({"big": 2e-2, "small": 2e-3})
+    scheduler.set_network_profiler(lambda: ([3 * best[0], best[1]], 4e-3))
+    scheduler.recalibrate(FakeBuilder(), slow)
+    assert scheduler.ratios == pytest.approx((1.5, 0.5))
+    scheduler.recalibrate()  # without them: the old lone times, the ratios doubled
+    assert scheduler.ratios == pytest.approx((3.0, 1.0))
+
     def failing() -> tuple[list[float], float]:
         raise EmberError("no compiler")
 
     scheduler.set_network_profiler(failing)
-    assert "skipped" in scheduler.recalibrate() and scheduler.ratios == result.ratios
+    assert "skipped" in scheduler.recalibrate() and scheduler.ratios == pytest.approx((3.0, 1.0))
     with pytest.raises(TuningError, match="shares"):
         scheduler.set_network_profiler(failing, at=(0.0,))
