@@ -43,7 +43,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ember.autoschedule.calibration import Calibration, estimated_latency
 from ember.autoschedule.cost_model import CostModel, RandomModel
-from ember.autoschedule.measure import Builder, MeasureInput, Runner, release
+from ember.autoschedule.measure import Builder, MeasureInput, MeasureResult, Runner, release
 from ember.autoschedule.records import load_records
 from ember.autoschedule.search import SearchParams
 from ember.autoschedule.task import SearchTask
@@ -55,6 +55,7 @@ from ember.autoschedule.tuning import (
     measurers,
 )
 from ember.errors import EmberError
+from ember.schedule.state import State
 from ember.te.tensor import ComputeOp
 
 STRATEGIES = ("gradient", "round-robin")
@@ -211,21 +212,37 @@ class TaskScheduler:
     def recalibrate(self, builder: Builder | None = None, runner: Runner | None = None) -> str:
         """Profile the network with the best schedules so far (`set_network_profiler`'s
         profiler) and take its ratios; one line saying what changed. With a builder and
-        runner, each best is timed alone again just before the profile, and its ratio
-        is the profile's time over that one: both taken within seconds, so that the
+        runner, each best is timed alone again just before and just after the profile,
+        and its ratio is the profile's time over the lesser of those: all taken within
+        seconds (and a burst of another tenant's work only slows one down), so that the
         ratio does not carry how the machine's speed drifted since the best was first
         timed (a shared machine's drifts by 20% over minutes; a ResNet-18 ratio taken
         against the first timings put its estimate at 121% of the network)."""
         if self._profiler is None:
             raise TuningError("no network profiler: call set_network_profiler first")
         before = self._estimate()
-        alone = [tuner.best_cost for tuner in self.tuners]
-        if builder is not None and runner is not None:
-            alone = self._time_bests_again(builder, runner, alone)
+        bests = [(i, t.best_state) for i, t in enumerate(self.tuners) if t.best_state is not None]
+        inputs = [MeasureInput(self.tasks[i], state) for i, state in bests]
+        timed_again = builder is not None and runner is not None and bool(inputs)
+        built = builder.build(inputs) if builder is not None and timed_again else []
+        now = [math.inf] * len(self.tasks)
         try:
-            in_network, untuned = self._profiler()
-        except EmberError as error:
-            return f"Recalibration skipped: profiling the tuned network failed ({error})"
+            if runner is not None and timed_again:
+                # Alone before and after the profile, the least of the two: a burst of
+                # another tenant's work only ever slows a timing down.
+                self._lower(now, bests, runner.run(inputs, built))
+            try:
+                in_network, untuned = self._profiler()
+            except EmberError as error:
+                return f"Recalibration skipped: profiling the tuned network failed ({error})"
+            if runner is not None and timed_again:
+                self._lower(now, bests, runner.run(inputs, built))
+        finally:
+            release(built)
+        alone = [
+            new if math.isfinite(new) else tuner.best_cost
+            for new, tuner in zip(now, self.tuners, strict=True)
+        ]
         if len(in_network) != len(self.tasks):
             raise TuningError(
                 f"the network profiler gave {len(in_network)} times for {len(self.tasks)} tasks"
@@ -241,23 +258,14 @@ class TaskScheduler:
             f"{min(ratios):.2f}-{max(ratios):.2f})"
         )
 
-    def _time_bests_again(
-        self, builder: Builder, runner: Runner, alone: list[float]
-    ) -> list[float]:
-        """Each task's best timed alone now (its earlier time where this fails)."""
-        bests = [(i, t.best_state) for i, t in enumerate(self.tuners) if t.best_state is not None]
-        indices = [i for i, _ in bests]
-        inputs = [MeasureInput(self.tasks[i], state) for i, state in bests]
-        built = builder.build(inputs)
-        try:
-            results = runner.run(inputs, built)
-        finally:
-            release(built)
-        timed = list(alone)
-        for index, result in zip(indices, results, strict=True):
+    @staticmethod
+    def _lower(
+        times: list[float], bests: list[tuple[int, State]], results: Sequence[MeasureResult]
+    ) -> None:
+        """Lower each best's entry of `times` to its new timing, where that ran."""
+        for (index, _), result in zip(bests, results, strict=True):
             if result.ok:
-                timed[index] = result.median_cost
-        return timed
+                times[index] = min(times[index], result.median_cost)
 
     # -- the loop ----------------------------------------------------------------------
 
