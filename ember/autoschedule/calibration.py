@@ -40,7 +40,6 @@ import numpy as np
 from ember.autoschedule.measure import Builder, MeasureInput, Runner, Timing, release
 from ember.autoschedule.task import SearchTask
 from ember.errors import EmberError
-from ember.graph.ir import Graph, Params
 from ember.runtime.module import Module, ModuleInfo
 from ember.runtime.profile import Profile, ProfileRow
 from ember.schedule.default import default_schedule
@@ -232,26 +231,6 @@ def in_network_times(
         )
     per_call = [sum(seconds[i]) / len(seconds[i]) for i in range(len(tasks))]
     return per_call, untuned, sum(step_seconds)
-
-
-def profile_network(
-    graph: Graph,
-    params: Params,
-    tasks: Sequence[SearchTask],
-    tuning_records: str | None = None,
-    repeat: int = CALIBRATION_REPEAT,
-) -> tuple[list[float], float, float]:
-    """Build the network of `tasks` (with `tuning_records`' best schedules, or the
-    defaults), run it on random inputs and return `in_network_times`: per task its
-    seconds per call, the seconds of the steps no task covers, and the total."""
-    from ember import build
-
-    module = build(graph, tasks[0].target, params=params, tuning_records=tuning_records).load()
-    try:
-        set_random_inputs(module)
-        return in_network_times(module, tasks, repeat)
-    finally:
-        module.close()
 
 
 def set_random_inputs(module: Module, seed: int = 0) -> None:

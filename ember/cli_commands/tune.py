@@ -359,12 +359,36 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def profile_network(
+    graph: Graph,
+    params: Params,
+    tasks: Sequence[SearchTask],
+    tuning_records: str | None = None,
+    repeat: int | None = None,
+) -> tuple[list[float], float, float]:
+    """Build the network of `tasks` (with `tuning_records`' best schedules, or the
+    defaults), run it on random inputs and return `in_network_times`: per task its
+    seconds per call, the seconds of the steps no task covers, and the total."""
+    from ember import build
+    from ember.autoschedule.calibration import (
+        CALIBRATION_REPEAT,
+        in_network_times,
+        set_random_inputs,
+    )
+
+    module = build(graph, tasks[0].target, params=params, tuning_records=tuning_records).load()
+    try:
+        set_random_inputs(module)
+        return in_network_times(module, tasks, repeat or CALIBRATION_REPEAT)
+    finally:
+        module.close()
+
+
 def _network_profiler(
     graph: Graph, params: Params, tasks: Sequence[SearchTask], args: argparse.Namespace
 ) -> Callable[[], tuple[list[float], float]]:
     """Profiles the network built with the records written so far (the scheduler's
     recalibration: TaskScheduler.set_network_profiler)."""
-    from ember.autoschedule.calibration import profile_network
 
     def profiler() -> tuple[list[float], float]:
         in_network, untuned, _ = profile_network(graph, params, tasks, args.output)
@@ -383,8 +407,6 @@ def measure_tuned(
 ) -> str:
     """Build the network with the tuned records, profile it and say how its time
     compares with the estimate and with the default schedules' (from calibration)."""
-    from ember.autoschedule.calibration import profile_network
-
     print("Measuring the tuned network: building it with the records", flush=True)
     _, _, measured = profile_network(graph, params, tasks, records)
     estimate, untuned = result.estimated_latency, calibration.network_seconds
