@@ -2,7 +2,7 @@
 candidate lowered and rendered, then compiled with every flag variant and timed alone.
 
     python benchmarks/build_flags.py [MODEL] [--tasks 4] [--per-task 12] [--records LOG]
-        [--variants "-O3" "-O2" ...]
+        [--variants=-O3,-O2,"-O2 -fno-ivopts"]
 
 Takes MODEL's (default resnet-18) largest tasks, samples `--per-task` random candidates
 of each (the tuner's first-round sampler; with --records, random records of a tuning
@@ -51,13 +51,14 @@ def main() -> None:
     parser.add_argument("--per-task", type=int, default=12)
     parser.add_argument("--records", help="take the candidates from this tuning log")
     parser.add_argument(
-        "--variants", nargs="+", help="flag sets to compare (the first is the reference)"
+        "--variants", help="comma-separated flag sets to compare (the first is the reference)"
     )
     args = parser.parse_args()
     variants = VARIANTS
     if args.variants:
-        variants = {name: name.split() for name in args.variants}
-        variants[args.variants[0]] = []  # the reference: the toolchain's own flags
+        names = [name.strip() for name in args.variants.split(",")]
+        variants = {name: name.split() for name in names}
+        variants[names[0]] = []  # the reference: the toolchain's own flags
     graph, params = load_model(args.model)
     tasks, _ = extract_tasks(graph, params, "llvm")
     tasks = sorted(tasks, key=lambda task: -task.flop_count)[: args.tasks]
