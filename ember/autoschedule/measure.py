@@ -19,14 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
-from ember.autoschedule.records import ErrorKind, MeasureRecord, RecordResult, RecordTask
+from ember.autoschedule.records import (
+    ErrorKind,
+    MeasureRecord,
+    RecordResult,
+    RecordTask,
+    median_seconds,
+)
 from ember.autoschedule.task import SearchTask
 from ember.schedule.state import State
 from ember.schedule.steps import Step
@@ -68,14 +73,6 @@ class Timing(Enum):
         """A runner's (number, repeat, min_repeat_ms) for this timing: warm, runs grown
         to 100 ms; cold, 10 single calls, each timed after its eviction."""
         return (3, 1, 100.0) if self is Timing.WARM else (1, 10, 0.0)
-
-
-def median_seconds(costs: Sequence[float]) -> float:
-    """The median of a candidate's timed runs: what it costs. Not the mean: on a busy
-    machine one call in ten can lose a scheduler tick (4 ms) while an OpenMP thread
-    waits for a core, and the mean of ten 0.04 ms runs with one such outlier is ten
-    times the kernel's time (seen on MobileNetV2 while another process ran)."""
-    return float(statistics.median(costs))
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,14 @@ class RecordTask:
         return RecordTask(workload_key, target, hardware_items, flops, weight)
 
 
+def median_seconds(costs: Sequence[float]) -> float:
+    """The median of a candidate's timed runs: what it costs. Not the mean: on a busy
+    machine one call in ten can lose a scheduler tick (4 ms) while an OpenMP thread
+    waits for a core, and the mean of ten 0.04 ms runs with one such outlier is ten
+    times the kernel's time (seen on MobileNetV2 while another process ran)."""
+    return float(statistics.median(costs))
+
+
 @dataclass(frozen=True, slots=True)
 class RecordResult:
     """What the measurement gave: costs in seconds (one per repeat) or an error."""
@@ -106,11 +114,11 @@ class RecordResult:
 
     @property
     def median_cost(self) -> float:
-        """Median cost in seconds (`measure.median_seconds`); infinity for an error or a
-        result without costs."""
+        """Median cost in seconds (`median_seconds`); infinity for an error or a result
+        without costs."""
         if self.error is not ErrorKind.NONE or not self.costs:
             return math.inf
-        return float(statistics.median(self.costs))
+        return median_seconds(self.costs)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -201,8 +201,8 @@ class TaskScheduler:
         measures the default schedules' ratios, which tuned schedules do not keep (a
         stride-2 conv's default ran at 0.72-0.87x its lone time in the network, its
         tuned schedule at 1.1x): re-measured on the schedules the estimate sums, the
-        ratios follow them. A profiler that fails (EmberError)
-        leaves the ratios as they were."""
+        ratios follow them. A profiler that fails (EmberError) leaves the ratios as they
+        were."""
         if any(not 0 < share <= 1 for share in at):
             raise TuningError(f"recalibration points {list(at)} must be shares in (0, 1]")
         self._profiler = profiler
@@ -223,11 +223,10 @@ class TaskScheduler:
         before = self._estimate()
         bests = [(i, t.best_state) for i, t in enumerate(self.tuners) if t.best_state is not None]
         inputs = [MeasureInput(self.tasks[i], state) for i, state in bests]
-        timed_again = builder is not None and runner is not None and bool(inputs)
-        built = builder.build(inputs) if builder is not None and timed_again else []
+        built = builder.build(inputs) if builder is not None and runner is not None else []
         now = [math.inf] * len(self.tasks)
         try:
-            if runner is not None and timed_again:
+            if runner is not None and built:
                 # Alone before and after the profile, the least of the two: a burst of
                 # another tenant's work only ever slows a timing down.
                 self._lower(now, bests, runner.run(inputs, built))
@@ -235,7 +234,7 @@ class TaskScheduler:
                 in_network, untuned = self._profiler()
             except EmberError as error:
                 return f"Recalibration skipped: profiling the tuned network failed ({error})"
-            if runner is not None and timed_again:
+            if runner is not None and built:
                 self._lower(now, bests, runner.run(inputs, built))
         finally:
             release(built)

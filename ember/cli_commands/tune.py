@@ -12,12 +12,13 @@ intact (exit status 130, as a shell reports an interrupted command) and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from ember.autoschedule.task_scheduler import SchedulerResult, TaskScheduler
     from ember.autoschedule.tuning import TuningOptions
     from ember.graph.ir import Graph, Params
+    from ember.runtime.module import Module
 
 # Trials per task when --trials is not given: the first round of every task plus one
 # more on average (rounds of 32). Enough to beat most default schedules; TVM's guide suggests
@@ -257,8 +259,7 @@ def _calibrate(
     are timed cold-weights: calibration runs the network on this machine)."""
     if args.timing != AUTO_TIMING:
         return None
-    from ember import build
-    from ember.autoschedule.calibration import calibrate, set_random_inputs
+    from ember.autoschedule.calibration import calibrate
 
     if args.rpc_tracker is not None or not tasks[0].target.is_host:
         # The network would have to run on a board; calibration runs it here.
@@ -269,13 +270,9 @@ def _calibrate(
         return None
     print("Calibrating the timing: building the network with default schedules", flush=True)
     try:
-        module = build(graph, tasks[0].target, params=params).load()
-        try:
-            set_random_inputs(module)
+        with _network(graph, params, tasks) as module:
             print(f"Calibrating the timing: timing {len(tasks)} default schedules alone")
             calibration = calibrate(module, tasks, weights, builder, runner)
-        finally:
-            module.close()
     except EmberError as error:  # tuning itself may still work, task by task
         _without_calibration(args, runner, f"the calibration failed: {error}")
         return None
@@ -359,29 +356,35 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _network(
+    graph: Graph, params: Params, tasks: Sequence[SearchTask], tuning_records: str | None = None
+) -> Iterator[Module]:
+    """The network of `tasks` built (with `tuning_records`' best schedules, or the
+    defaults) and loaded here, on random inputs; closed after."""
+    from ember import build
+    from ember.autoschedule.calibration import set_random_inputs
+
+    module = build(graph, tasks[0].target, params=params, tuning_records=tuning_records).load()
+    try:
+        set_random_inputs(module)
+        yield module
+    finally:
+        module.close()
+
+
 def profile_network(
     graph: Graph,
     params: Params,
     tasks: Sequence[SearchTask],
     tuning_records: str | None = None,
-    repeat: int | None = None,
 ) -> tuple[list[float], float, float]:
-    """Build the network of `tasks` (with `tuning_records`' best schedules, or the
-    defaults), run it on random inputs and return `in_network_times`: per task its
-    seconds per call, the seconds of the steps no task covers, and the total."""
-    from ember import build
-    from ember.autoschedule.calibration import (
-        CALIBRATION_REPEAT,
-        in_network_times,
-        set_random_inputs,
-    )
+    """`in_network_times` of the network (`_network`): per task its seconds per call,
+    the seconds of the steps no task covers, and the total."""
+    from ember.autoschedule.calibration import in_network_times
 
-    module = build(graph, tasks[0].target, params=params, tuning_records=tuning_records).load()
-    try:
-        set_random_inputs(module)
-        return in_network_times(module, tasks, repeat or CALIBRATION_REPEAT)
-    finally:
-        module.close()
+    with _network(graph, params, tasks, tuning_records) as module:
+        return in_network_times(module, tasks)
 
 
 def _network_profiler(
