@@ -213,8 +213,10 @@ def test_a_small_budget_gives_every_task_a_round() -> None:
 def test_the_pretrained_cost_model_is_the_shipped_one_for_the_machine_class(
     tasks: list[SearchTask],
 ) -> None:
+    # An x86 AVX-512 machine whatever the host is (the scheduler builds nothing here).
     avx512 = dataclasses.replace(tasks[0].hardware_params, vector_bytes=64)
-    x86 = [dataclasses.replace(task, hardware_params=avx512) for task in tasks]
+    x86_target = Target("llvm -mtriple=x86_64-linux-gnu")
+    x86 = [dataclasses.replace(t, target=x86_target, hardware_params=avx512) for t in tasks]
     scheduler = TaskScheduler(x86, cost_model="pretrained", seed=0)
     assert isinstance(scheduler.cost_model, XGBModel) and scheduler.cost_model.pretrained
     assert not scheduler.cost_model.trained  # its own trees come from this run's records
