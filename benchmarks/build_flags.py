@@ -8,7 +8,8 @@ Takes MODEL's (default resnet-18) largest tasks, samples `--per-task` random can
 of each (the tuner's first-round sampler; with --records, random records of a tuning
 log of MODEL instead: the evolved candidates a run spends most of its builds on), and
 for each flag variant (the toolchain's
--O3 flags with -O2 and/or -fno-ivopts added last, which override) reports the median
+-O3 flags with -O2 and/or -fno-ivopts added last, which override; `CC=clang-14` in a
+variant builds with that compiler instead) reports the median
 wall time of lowering + rendering + compiling + linking one candidate, and the
 candidates' kernel times (cold-weights timing, the LocalRunner) relative to -O3's:
 median and geometric mean of the per-candidate ratios. Lowering and rendering alone
@@ -18,6 +19,7 @@ are timed separately once per candidate.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import subprocess
@@ -34,7 +36,7 @@ from ember.backend import generate_kernel
 from ember.cli_commands.common import load_model
 from ember.schedule import replay
 from ember.schedule.lower import lower
-from ember.toolchain import find_compiler
+from ember.toolchain import Compiler, find_compiler
 
 VARIANTS = {
     "-O3": [],
@@ -89,7 +91,7 @@ def main() -> None:
                         lowering.append(time.perf_counter() - start)
                     source = library.with_suffix(".c")
                     source.write_text(kernel.source)
-                    argv = compiler.argv("-shared", str(source), "-o", str(library), *flags)
+                    argv = _argv(compiler, flags, "-shared", str(source), "-o", str(library))
                     subprocess.run(argv, check=True, capture_output=True)
                     build_times[name].append(time.perf_counter() - start)
                     arguments = tuple(
@@ -116,6 +118,23 @@ def main() -> None:
             f"kernel time / {reference}: median {statistics.median(ratios[name]):.3f}, "
             f"geometric mean {statistics.geometric_mean(ratios[name]):.3f}"
         )
+
+
+def _argv(compiler: Compiler, flags: list[str], *rest: str) -> list[str]:
+    """The toolchain's command line with a variant's flags last; a `CC=...` flag
+    swaps the compiler (as `$CC` would: the toolchain's flags for its family)."""
+    swapped = [flag.removeprefix("CC=") for flag in flags if flag.startswith("CC=")]
+    if swapped:
+        saved = os.environ.get("CC")
+        os.environ["CC"] = swapped[-1]
+        try:
+            compiler = find_compiler("llvm")
+        finally:
+            if saved is None:
+                del os.environ["CC"]
+            else:
+                os.environ["CC"] = saved
+    return compiler.argv(*rest, *(flag for flag in flags if not flag.startswith("CC=")))
 
 
 def _recorded(log: str, tasks: list) -> dict[str, list]:  # type: ignore[type-arg]

@@ -13,10 +13,16 @@ ToolchainError saying what to install.
 Flags: `-O3 -std=c11 -fPIC -fopenmp`, `-march=native` for this machine (or the
 target's -mcpu/-mattr). Deliberately no `-ffast-math`: kernels must keep IEEE
 semantics (NaN/inf, no reassociation of reductions) to match the reference
-interpreter bit for bit where it can; `-ffp-contract=fast` does allow fused
-multiply-add, a rounding difference far inside the fp32 test tolerance and the main
-source of FLOPs on every target we care about (kernels that round floats to integers,
-a quantized model's requantization, turn it off: `ember.codegen.c`).
+interpreter bit for bit where it can; `-ffp-contract` (GCC's `fast`, clang's `on`)
+does allow fused multiply-add, a rounding difference far inside the fp32 test
+tolerance and the main source of FLOPs on every target we care about (kernels that
+round floats to integers, a quantized model's requantization, turn it off:
+`ember.codegen.c`). Flags that differ between GCC and clang follow the compiler's
+`--version` (`Compiler.family`).
+
+clang (`CC=clang`, with its OpenMP runtime: apt-get install clang libomp-dev) compiles
+Ember's kernels in about 60% of GCC's time, which shortens tuning, where compiling
+candidates is most of the work; see BENCHMARKS.md.
 
 Builds are cached under `cache_dir()/kernels` by a hash of the sources, the flags and
 the compiler's version. Each build happens in a private temporary directory and is
@@ -42,7 +48,8 @@ from ember.device import host_cpu_count, host_cpu_features
 from ember.errors import CompileError, ToolchainError
 from ember.target import Target
 
-# -fno-tree-loop-vectorize: Ember vectorizes explicitly (vector types for loops a
+# The loop vectorizer off (GCC's -fno-tree-loop-vectorize, clang's -fno-vectorize,
+# `Compiler.argv`): Ember vectorizes explicitly (vector types for loops a
 # schedule marks vectorized), so the compiler's own loop vectorizer adds little, and
 # GCC 12's miscompiles a loop nest that reads a per-iteration local copy under a guard
 # (if-conversion in an outer-loop-vectorized nest; found by the compiled property test
@@ -55,11 +62,17 @@ BASE_FLAGS = (
     "-O3",
     "-std=c11",
     "-fPIC",
-    "-ffp-contract=fast",
     "-fopenmp",
-    "-fno-tree-loop-vectorize",
     "-fno-math-errno",
 )
+# Contraction into fused multiply-adds (module docstring): GCC's "fast" fuses across
+# statements and still obeys `#pragma GCC optimize("fp-contract=off")`; clang's "fast"
+# ignores every pragma, so clang gets "on" (within a statement, where Ember's kernels
+# write each multiply-add), which obeys `#pragma STDC FP_CONTRACT OFF`.
+FAMILY_FLAGS = {
+    "gcc": ("-ffp-contract=fast", "-fno-tree-loop-vectorize"),
+    "clang": ("-ffp-contract=on", "-fno-vectorize"),
+}
 # Vector helpers pass wide vectors by value; they are static inline, so the ABI notes
 # GCC prints about it do not concern us.
 QUIET_FLAGS = ("-Wno-psabi",)
@@ -78,9 +91,15 @@ class Compiler:
     # flush-to-zero in every process that loads the library (32-bit ARM).
     compile_flags: tuple[str, ...] = ()
 
+    @property
+    def family(self) -> str:
+        """"clang" or "gcc" (any other compiler is taken to accept GCC's flags)."""
+        return "clang" if "clang" in self.version.lower() else "gcc"
+
     def argv(self, *args: str) -> list[str]:
         compiling = self.compile_flags if "-c" in args else ()
-        return [*self.command, *BASE_FLAGS, *QUIET_FLAGS, *self.flags, *compiling, *args]
+        base = (*BASE_FLAGS, *FAMILY_FLAGS[self.family])
+        return [*self.command, *base, *QUIET_FLAGS, *self.flags, *compiling, *args]
 
 
 def find_compiler(target: Target | str) -> Compiler:
