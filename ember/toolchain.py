@@ -93,7 +93,7 @@ class Compiler:
 
     @property
     def family(self) -> str:
-        """"clang" or "gcc" (any other compiler is taken to accept GCC's flags)."""
+        """ "clang" or "gcc" (any other compiler is taken to accept GCC's flags)."""
         return "clang" if "clang" in self.version.lower() else "gcc"
 
     def argv(self, *args: str) -> list[str]:
