@@ -2,12 +2,15 @@
 faster network? (E.g. 200 trials warm-started against 2,000 from scratch.)
 
     python benchmarks/compare_records.py MODEL LOG [LOG ...] [--threads 2] [--repeat 20]
+        [--compilers gcc,clang-14]
 
 Compiles MODEL (an .onnx file or a built-in workload, exported to ONNX as
 benchmarks/compare.py does) once per log and once untuned, then times every artifact
 and an ONNX Runtime session in alternating blocks in one process (tune_network.py's
 method: the machine's drift over minutes cancels out), and prints each one's median
-and its ratio to the untuned network and to ONNX Runtime.
+and its ratio to the untuned network and to ONNX Runtime. With `--compilers`, each
+artifact is built once per compiler (`$CC` for `ember compile`): the same schedules
+compiled by GCC and by clang, timed side by side.
 """
 
 from __future__ import annotations
@@ -33,20 +36,29 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--target", default="llvm")
     parser.add_argument("--input-shapes")
+    parser.add_argument("--compilers", help="comma-separated $CC values to build each with")
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     from ember.runtime import load
 
-    names = ["untuned", *args.logs]
+    compilers = args.compilers.split(",") if args.compilers else [os.environ.get("CC", "")]
+    logs = [None, *args.logs]
+    names = [
+        f"{log or 'untuned'}" + (f" [{cc}]" if args.compilers else "")
+        for log in logs
+        for cc in compilers
+    ]
     with tempfile.TemporaryDirectory(prefix="ember-records-") as scratch:
         work = Path(scratch)
         onnx_path = _onnx_file(args.model, args, work)
         modules = []
-        for index, log in enumerate([None, *args.logs]):
+        for index, (log, cc) in enumerate((log, cc) for log in logs for cc in compilers):
             artifact = work / f"{index}.tar"
             options = argparse.Namespace(
                 target=args.target, input_shapes=args.input_shapes, tuning_records=log
             )
+            if cc:
+                os.environ["CC"] = cc
             _compile(onnx_path, artifact, options, None)
             modules.append(load(artifact))
         session = _ort_session(onnx_path, args.threads)

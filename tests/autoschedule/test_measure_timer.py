@@ -61,6 +61,10 @@ EXPORT int32_t loop_counts(int32_t with_prepare, int32_t number, int32_t repeat,
   return status;
 }
 
+EXPORT int64_t timing_more(int64_t runs, double elapsed, double min_repeat_ms) {
+  return ember_timing_more(runs, elapsed, min_repeat_ms);
+}
+
 /* Seconds to follow `steps` links of the chain in `chain` (word indices). */
 static double chase(const uint64_t* chain, int64_t steps) {
   uint64_t at = 0;
@@ -114,6 +118,8 @@ def harness(portable: bool) -> ctypes.CDLL:
     library = ctypes.CDLL(str(path))
     library.loop_counts.restype = ctypes.c_int32
     library.chase_after_eviction.restype = ctypes.c_int32
+    library.timing_more.restype = ctypes.c_int64
+    library.timing_more.argtypes = [ctypes.c_int64, ctypes.c_double, ctypes.c_double]
     return library
 
 
@@ -140,6 +146,25 @@ def test_every_timed_call_follows_a_prepare(with_prepare: bool) -> None:
     # The warm-up is not prepared; each timed call is, alone; without a prepare step
     # (a model's ember_benchmark) nothing is.
     assert (prepares, prepared_runs) == ((6, 6) if with_prepare else (0, 0))
+
+
+def test_a_repeat_grows_through_a_pilot_to_just_past_its_minimum() -> None:
+    """`ember_timing_more` (the batches of a repeat, all of whose calls count): from a
+    few calls, a pilot of about a tenth of min_repeat_ms; from the pilot on, the rest
+    of the repeat with 5% to spare, not a batch 1.618 times larger thrown in on top."""
+    more = harness(portable=False).timing_more
+    # 3 calls of 0.1 ms against 100 ms: a pilot to about 10 ms (100 calls in all).
+    pilot = 3 + more(3, 0.3e-3, 100.0)
+    assert 100 <= pilot <= 102
+    # A pilot of 0.05 ms calls that lasted 10 ms: the repeat ends at 105 ms.
+    total = 200 + more(200, 10e-3, 100.0)
+    assert 2100 <= total <= 2102
+    # 95 ms of 100: 10 ms more (to 105 ms), not 1.618 times as many calls.
+    assert 105 <= more(1000, 95e-3, 100.0) <= 108
+    # Calls too short to see: the count doubles.
+    assert more(8, 0.0, 100.0) == 9
+    # The growth while piloting is at least 1.618 times.
+    assert 5 + more(5, 9e-3, 1000.0) >= 5 * 1.618
 
 
 # A comparison of timings (however wide its margin, a neighbour thrashing the shared

@@ -42,14 +42,22 @@ static inline void ember_timing_evict(volatile unsigned char* buffer, size_t nby
   for (size_t i = 0; i < nbytes; i += 64) buffer[i] = (unsigned char)(buffer[i] + 1);
 }
 
-/* The next `number` for a repeat that took `elapsed` seconds, too short: enough runs to
- * reach min_repeat_ms at the speed seen, and at least 1.618 times as many as before. */
-static inline int64_t ember_timing_grown(int64_t number, double elapsed, double min_repeat_ms) {
-  double per_run = elapsed / (double)number;
-  double wanted = per_run > 0 ? min_repeat_ms * 1e-3 / per_run + 1 : (double)number * 2;
-  double grown = (double)number * 1.618;
-  double next = wanted > grown ? wanted : grown;
-  return next > 1e9 ? 1000000000 : (int64_t)next + 1;
+/* How many more runs a repeat needs after `runs` runs took `elapsed` seconds, short of
+ * min_repeat_ms. Under a tenth of it, the runs so far are a pilot: the next batch
+ * brings the repeat to about a tenth (and at least 1.618 times the runs so far). From
+ * there the speed seen is steady enough to size the rest, with 5% to spare. Sized from
+ * the first few calls instead (slower or faster than the steady state: caches, thread
+ * wake-up), a batch often fell short and was thrown away for one 1.618 times longer: a
+ * 100 ms warm timing took 160-175 ms a candidate. */
+static inline int64_t ember_timing_more(int64_t runs, double elapsed, double min_repeat_ms) {
+  double per_run = elapsed / (double)runs;
+  double pilot_ms = min_repeat_ms / 10;
+  int pilot = elapsed * 1e3 < pilot_ms;
+  double target_ms = pilot ? pilot_ms : min_repeat_ms * 1.05;
+  double total = per_run > 0 ? target_ms * 1e-3 / per_run + 1 : (double)runs * 2;
+  double least = pilot ? (double)runs * 1.618 : (double)runs + 1;
+  double more = (total > least ? total : least) - (double)runs;
+  return more > 1e9 ? 1000000000 : (int64_t)more + 1;
 }
 
 static inline void ember_timing_sleep(double milliseconds) {
@@ -86,13 +94,14 @@ static inline double ember_timing_batch(ember_timed_fn run, void* context,
 }
 
 /* Runs `run` once (warm-up, and a check that it works), then `repeat` times: each
- * repeat calls it `number` times, growing `number` until one repeat lasts at least
- * min_repeat_ms (of timed calls), and writes the seconds per call to
- * seconds_per_run[r]. With flush_cache, the last-level cache is evicted before each
- * timed batch; with `prepare` (may be NULL), prepare(prepare_context) runs before each
- * timed call, untimed; cooldown_ms is slept between repeats. Returns 0, the first
- * non-zero status of `run`, or EMBER_TIMING_NO_MEMORY. The caller checks number >= 1
- * and repeat >= 1. */
+ * repeat calls it `number` times, and more, in batches, until its calls last at least
+ * min_repeat_ms in all (of timed calls; `ember_timing_more` sizes the batches), and
+ * writes the seconds per call to seconds_per_run[r]; later repeats start with as many
+ * calls as the first one made. With flush_cache, the last-level cache is evicted
+ * before each timed batch; with `prepare` (may be NULL), prepare(prepare_context) runs
+ * before each timed call, untimed; cooldown_ms is slept between repeats. Returns 0,
+ * the first non-zero status of `run`, or EMBER_TIMING_NO_MEMORY. The caller checks
+ * number >= 1 and repeat >= 1. */
 static inline int32_t ember_time_prepared(ember_timed_fn run, void* context,
                                           ember_prepare_fn prepare, void* prepare_context,
                                           int32_t number, int32_t repeat, double min_repeat_ms,
@@ -103,19 +112,23 @@ static inline int32_t ember_time_prepared(ember_timed_fn run, void* context,
   unsigned char* buffer = NULL;
   size_t buffer_bytes = ember_timing_flush_bytes();
   if (flush_cache && (buffer = malloc(buffer_bytes)) == NULL) return EMBER_TIMING_NO_MEMORY;
-  int64_t runs = number;
+  int64_t first_batch = number;
   for (int32_t r = 0; r < repeat && status == 0; ++r) {
     if (r > 0) ember_timing_sleep(cooldown_ms);
-    for (;;) {
+    int64_t runs = 0;
+    double elapsed = 0.0;
+    for (int64_t batch = first_batch;;) {
       if (buffer != NULL) ember_timing_evict(buffer, buffer_bytes);
-      double elapsed = ember_timing_batch(run, context, prepare, prepare_context, runs, &status);
+      elapsed += ember_timing_batch(run, context, prepare, prepare_context, batch, &status);
+      runs += batch;
       if (status != 0) break;
       if (elapsed * 1e3 >= min_repeat_ms || runs >= 1000000000) {
         seconds_per_run[r] = elapsed / (double)runs;
         break;
       }
-      runs = ember_timing_grown(runs, elapsed, min_repeat_ms);
+      batch = ember_timing_more(runs, elapsed, min_repeat_ms);
     }
+    first_batch = runs;
   }
   free(buffer);
   return status;
