@@ -335,6 +335,11 @@ def _tune(args: argparse.Namespace) -> int:
         if per_round < options.num_measures_per_round
         else ""
     )
+    firsts = [scheduler.first_round_size(index, per_round) for index in range(len(tasks))]
+    if min(firsts) < per_round:
+        shortened += (
+            f", first rounds of {min(firsts)}-{max(firsts)} by each task's share of the network"
+        )
     print(
         f"Tuning {options.num_measure_trials} trials, {per_round} per round{shortened}, "
         f"strategy {args.strategy}, cost model {args.cost_model}{resumed}; "

@@ -13,7 +13,8 @@ import pytest
 from fake_measure import SMALL_SEARCH, FakeBuilder, FakeRunner, dense_relu_task
 
 from ember.autoschedule import MeasureRecord, RecordToFile, SearchTask, extract_tasks, load_records
-from ember.autoschedule.measure import MeasureResult
+from ember.autoschedule.calibration import Calibration, TaskTimes
+from ember.autoschedule.measure import MeasureResult, Timing
 from ember.autoschedule.records import steps_key
 from ember.autoschedule.task_scheduler import TaskScheduler, round_size, task_tag
 from ember.autoschedule.tuning import TuningError, TuningOptions
@@ -207,7 +208,27 @@ def test_a_small_budget_gives_every_task_a_round() -> None:
     assert rounds_of(12, 2) == 2  # ... unless asked for fewer
     scheduler = TaskScheduler(many, cost_model="random", search_params=SMALL_SEARCH, seed=0)
     result = scheduler.tune(options(60, FakeBuilder(), FakeRunner({}), num_measures_per_round=32))
-    assert result.total_trials == 60 and all(trials == 10 for trials in result.task_trials)
+    # First rounds of 8-10 (each task's FLOPs against the mean), then the rest.
+    assert result.total_trials == 60 and all(trials >= 8 for trials in result.task_trials)
+
+
+def test_first_rounds_follow_each_tasks_share_of_the_network() -> None:
+    """A task with a sliver of the network gets a short first round: by FLOPs, or by
+    its default's time in the network once a calibration measured it."""
+    big, tiny = dense_relu_task(64, 64, 64, "big"), dense_relu_task(1, 8, 8, "tiny")
+    scheduler = TaskScheduler([big, tiny], cost_model="random", search_params=SMALL_SEARCH)
+    assert [scheduler.first_round_size(i, 32) for i in (0, 1)] == [32, 4]
+    assert scheduler.first_round_size(1, 2) == 2  # never more than a round
+    rounds: list[tuple[int | None, int]] = []
+    scheduler.tune(options(36, FakeBuilder(), FakeRunner({}), num_measures_per_round=16,
+                           measure_callbacks=[lambda records: rounds.append(
+                               (records[0].task.flops, len(records)))]))  # fmt: skip
+    assert rounds[:2] == [(big.flop_count, 16), (tiny.flop_count, 4)]
+    # Measured in the network, the tiny task takes a third of the time (memory-bound).
+    alone = {Timing.COLD_WEIGHTS: 1e-4}
+    times = (TaskTimes(2e-4, alone), TaskTimes(1e-4, alone))
+    scheduler.set_calibration(Calibration(Timing.COLD_WEIGHTS, times, (1, 1), 0.0, 3e-4))
+    assert [scheduler.first_round_size(i, 32) for i in (0, 1)] == [32, 22]  # 32 x 2/3
 
 
 def test_the_pretrained_cost_model_is_the_shipped_one_for_the_machine_class(
