@@ -60,7 +60,12 @@ def test_tune_writes_a_log_with_weights_and_prints_table_and_summary(
 ) -> None:
     log, out = tuned_log
     records = load_records(log)
-    assert len(records) == 16
+    trials = [record for record in records if record.is_trial]
+    assert len(trials) == 16
+    # The end-of-run check wrote each tuned task's time in the network and its
+    # default's there, in pairs.
+    assert (len(records) - len(trials)) % 2 == 0
+    assert "with the default schedules profiled alternately" in out
     assert all(record.task.weight == 1 for record in records)
     assert all(record.task.flops for record in records)
     assert "Extracted 4 tasks" in out and "dense_pack_add_relu" in out
@@ -107,7 +112,7 @@ def test_resume_measures_nothing_twice(
                            *FAST, "--tuning-records", resumed, "-o", resumed)  # fmt: skip
     assert code == 0
     assert f"resuming from {resumed}" in out and f"Records: {resumed} (32 new)" in out
-    records = load_records(resumed)
+    records = [record for record in load_records(resumed) if record.is_trial]
     assert len(records) == 48
     seen = [(r.task.workload_key, steps_key(r.steps)) for r in records]
     assert len(set(seen)) == len(seen)
@@ -116,6 +121,59 @@ def test_resume_measures_nothing_twice(
     assert "Estimated end-to-end latency: " in out and "in-network/alone ratio" in out
     assert "Timing calibration: the network with default schedules runs in" in out
     assert "Measured in the network: " in out and "the estimate is " in out
+
+
+def test_a_default_faster_in_the_network_wins_over_the_tuned_schedule(
+    tuned_log: tuple[Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The end-of-run check: where a task's default schedule runs faster in the network
+    than its tuned one, the records give the default (`ember compile` builds it)."""
+    from ember.autoschedule.records import ApplyHistoryBest
+    from ember.schedule.default import default_schedule
+
+    log = tmp_path / "log.json"
+    log.write_text("".join(r.to_line() for r in load_records(tuned_log[0]) if r.is_trial))
+    graph, params = load_model("mlp", parse_shapes(SMALL_MLP[2]))
+    tasks, _ = extract_tasks(graph, params, "llvm")
+    tuned = {t: ApplyHistoryBest(log).best(t.workload_key, "llvm") for t in tasks}
+    compared = [
+        i for i, t in enumerate(tasks)
+        if steps_key(tuned[t].steps) != steps_key(default_schedule(t.compute_dag, t.target).steps)  # type: ignore[union-attr, arg-type]
+    ]  # fmt: skip
+    assert compared, "the 16 trials found no schedule other than the defaults"
+    slow = compared[0]
+    profiles = []
+
+    def fake_profiles(modules, tasks):  # type: ignore[no-untyped-def]
+        profiles.append(len(modules))
+        tuned_times = [1e-4] * len(tasks)
+        tuned_times[slow] = 5e-4  # this tuned schedule loses in the network
+        return [(tuned_times, 1.0e-3), ([2e-4] * len(tasks), 1.2e-3)]
+
+    monkeypatch.setattr(tune_command, "_alternate_profiles", fake_profiles)
+    result = SchedulerResult.__new__(SchedulerResult)
+    monkeypatch.setattr(SchedulerResult, "estimated_latency", 1.1e-3)
+    lines = tune_command.check_in_network(graph, params, tasks, str(log), result)
+    out = capsys.readouterr().out
+    assert "the estimate is 110% of the measured time" in out
+    assert f"1 of {len(compared)} tuned tasks ran slower in the network" in out
+    assert f"(ID {slow})" in out and lines == [
+        "With them: 1.000 ms, against 1.200 ms with the default schedules (1.20x)"
+    ]
+    assert profiles == [2, 2]  # the check, then the network with the defaults chosen
+    chosen = ApplyHistoryBest(log)
+    for index in compared:
+        task = tasks[index]
+        expected = default_schedule(task.compute_dag, task.target) if index == slow else None
+        best = chosen.best(task.workload_key, "llvm")
+        assert best is not None and not best.is_trial
+        if expected is not None:
+            assert steps_key(best.steps) == steps_key(expected.steps)  # type: ignore[arg-type]
+        else:
+            assert steps_key(best.steps) == steps_key(tuned[task].steps)  # type: ignore[union-attr]
 
 
 def test_records_train_a_cost_model_that_warm_starts_tuning(

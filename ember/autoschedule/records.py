@@ -2,7 +2,8 @@
 
 A line holds the task (workload key, target, hardware parameters, optional FLOPs), the
 transform steps of the measured State, and the result (costs in seconds, error kind,
-message, timestamp), with a format version. `RecordToFile` appends, flushes and fsyncs
+message, timestamp, and `in_network` for a time taken inside the network rather than
+alone), with a format version. `RecordToFile` appends, flushes and fsyncs
 on every call, so a killed tuning run loses at most the round in flight; `load_records`
 skips damaged lines (a truncated last line, garbage) with one warning and a count.
 """
@@ -111,6 +112,10 @@ class RecordResult:
     error: ErrorKind = ErrorKind.NONE
     message: str = ""
     timestamp: float = field(default_factory=time.time)
+    # A time per call of the schedule inside the network (`ember tune`'s check of the
+    # tuned schedules against the defaults there), not a tuning trial timed alone:
+    # `distill` prefers such records, and nothing that learns from trials reads them.
+    in_network: bool = False
 
     @property
     def median_cost(self) -> float:
@@ -121,12 +126,15 @@ class RecordResult:
         return median_seconds(self.costs)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "costs": list(self.costs),
             "error": self.error.value,
             "message": self.message,
             "timestamp": self.timestamp,
         }
+        if self.in_network:  # absent otherwise: older readers see what they know
+            data["in_network"] = True
+        return data
 
     @staticmethod
     def from_json(data: Any) -> RecordResult:
@@ -144,7 +152,11 @@ class RecordResult:
         timestamp = data.get("timestamp")
         if not isinstance(message, str) or not isinstance(timestamp, int | float):
             raise RecordsError("result needs a string message and a numeric timestamp")
-        return RecordResult(tuple(float(c) for c in costs), error, message, float(timestamp))
+        in_network = data.get("in_network", False)
+        if not isinstance(in_network, bool):
+            raise RecordsError("result in_network must be true or false")
+        costs_seconds = tuple(float(c) for c in costs)
+        return RecordResult(costs_seconds, error, message, float(timestamp), in_network)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +171,11 @@ class MeasureRecord:
     @property
     def is_valid(self) -> bool:
         return self.result.error is ErrorKind.NONE and bool(self.result.costs)
+
+    @property
+    def is_trial(self) -> bool:
+        """A tuning trial (timed alone), not an in-network time (`RecordResult`)."""
+        return not self.result.in_network
 
     @property
     def median_cost(self) -> float:
@@ -327,13 +344,26 @@ class ApplyHistoryBest:
 
 
 def distill(records: Iterable[MeasureRecord]) -> list[MeasureRecord]:
-    """The best valid record per (workload key, target), in first-seen order."""
+    """The best valid record per (workload key, target), in first-seen order. Times
+    taken inside the network outrank the trials timed alone: where the records end
+    with in-network records of a task (no trial after them: a later run's new best
+    was not compared in the network), the best is the fastest of those."""
+    order: dict[tuple[str, str], None] = {}  # first-seen order of the tasks
     best: dict[tuple[str, str], MeasureRecord] = {}
+    in_network: dict[tuple[str, str], MeasureRecord] = {}
     for record in records:
         key = (record.task.workload_key, record.task.target)
-        if record.is_valid and (key not in best or record.median_cost < best[key].median_cost):
-            best[key] = record
-    return list(best.values())
+        if record.is_trial:
+            in_network.pop(key, None)
+            chosen = best
+        else:
+            chosen = in_network
+        if record.is_valid:
+            order.setdefault(key)
+            if key not in chosen or record.median_cost < chosen[key].median_cost:
+                chosen[key] = record
+    chosen_records = (in_network.get(key) or best.get(key) for key in order)
+    return [record for record in chosen_records if record is not None]
 
 
 def default_distill_output(path: str | os.PathLike[str]) -> Path:
@@ -384,7 +414,7 @@ class TaskRecordSummary:
 def summarize(records: Iterable[MeasureRecord]) -> list[TaskRecordSummary]:
     """Per task, in first-seen order: trials, best latency and GFLOPS, errors by kind."""
     groups: dict[tuple[str, str], list[MeasureRecord]] = {}
-    for record in records:
+    for record in (record for record in records if record.is_trial):
         groups.setdefault((record.task.workload_key, record.task.target), []).append(record)
     summaries = []
     for (workload_key, target), group in groups.items():

@@ -76,6 +76,7 @@ def task_weights(records: Iterable[MeasureRecord]) -> dict[_TaskKey, int]:
 
 def estimate_curve(records: Sequence[MeasureRecord], label: str = "") -> EstimateCurve:
     """Replay `records` in order (see the module docstring)."""
+    records = [record for record in records if record.is_trial]
     weights = task_weights(records)
     best: dict[_TaskKey, float] = {}
     points: list[tuple[int, float]] = []

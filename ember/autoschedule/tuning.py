@@ -173,6 +173,8 @@ class TaskTuner:
                 self.task.target
             ):
                 continue
+            if not record.is_trial:  # an in-network time: not comparable with trials
+                continue
             try:
                 state = replay(self.task.compute_dag, record.steps)
             except ScheduleError:

@@ -237,7 +237,7 @@ class XGBModel:
         results: list[MeasureResult] = []
         for record in load_records(path):
             task = by_key.get((record.task.workload_key, record.task.target))
-            if task is None:
+            if task is None or not record.is_trial:
                 continue
             try:
                 state = replay(task.compute_dag, record.steps)

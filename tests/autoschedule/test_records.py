@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -132,6 +133,34 @@ def test_distill_keeps_the_best_valid_record_per_task() -> None:
         ]
     )
     assert [(r.task.workload_key, r.median_cost) for r in best] == [(KEY, 1e-3), (OTHER_KEY, 4e-3)]
+
+
+def in_network(cost: float, key: str = KEY) -> MeasureRecord:
+    """A time inside the network (`ember tune`'s end-of-run check)."""
+    trial = record(cost, key=key)
+    return dataclasses.replace(
+        trial, result=dataclasses.replace(trial.result, costs=(cost,), in_network=True)
+    )
+
+
+def test_times_in_the_network_outrank_trials_until_a_later_trial(tmp_path: Path) -> None:
+    """The default ran faster in the network (2e-3) than the best trial (1e-3 alone,
+    3e-3 there): distill picks it. A trial after them (a resumed run) was not compared
+    in the network, so the trials decide again."""
+    checked = [record(cost=1e-3), in_network(3e-3), in_network(2e-3)]
+    assert [(r.median_cost, r.is_trial) for r in distill(checked)] == [(2e-3, False)]
+    assert distill([*checked, record(cost=5e-3)])[0].median_cost == 1e-3
+    other = [record(cost=4e-3, key=OTHER_KEY)]
+    assert [r.median_cost for r in distill([*checked, *other])] == [2e-3, 4e-3]
+    # The flag survives a file, and only when set is it written.
+    log = tmp_path / "log.json"
+    RecordToFile(log).write(checked)
+    assert [r.is_trial for r in load_records(log)] == [True, False, False]
+    assert log.read_text().count('"in_network":true') == 2 and "false" not in log.read_text()
+    line = json.loads(checked[1].to_line())
+    line["result"]["in_network"] = "yes"
+    with pytest.raises(RecordsError, match="in_network must be true or false"):
+        MeasureRecord.from_json(line)
 
 
 def test_cli_distill_merges_into_the_existing_output(
