@@ -222,6 +222,22 @@ def test_a_failed_calibration_falls_back_to_cold_weights(
     assert "with the default schedules profiled alternately" in out
 
 
+def test_a_failed_check_in_the_network_leaves_the_trials_bests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ember.autoschedule import calibration
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise calibration.CalibrationError("the profile of the network has no step")
+
+    monkeypatch.setattr(tune_command, "_alternate_profiles", fail)
+    log = tmp_path / "log.json"
+    code, out, _ = run_cli(capsys, "tune", *SMALL_MLP, "--trials", "4", "--per-round", "4",
+                           *FAST, "--timing", "cold-weights", "-o", log)  # fmt: skip
+    assert code == 0 and all(record.is_trial for record in load_records(log))
+    assert "The check in the network failed (the profile of the network has no step)" in out
+
+
 def _wait_for_records(log: Path, process: subprocess.Popen[str], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not (log.exists() and log.stat().st_size > 0):
