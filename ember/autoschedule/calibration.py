@@ -203,14 +203,41 @@ def in_network_times(
     20 runs last a few milliseconds each): a ResNet-18 profiled mid-tuning came out
     at 1.7x its time a minute later, and the ratios taken from it put the estimate at
     173% of the network."""
-    step_seconds: list[float] = []
-    rows: Sequence[ProfileRow] = ()
+    return alternating_in_network_times([module], tasks, repeat, profiles)[0]
+
+
+def alternating_in_network_times(
+    modules: Sequence[ProfiledModule],
+    tasks: Sequence[SearchTask],
+    repeat: int = CALIBRATION_REPEAT,
+    profiles: int = CALIBRATION_PROFILES,
+) -> list[tuple[list[float], float, float]]:
+    """`in_network_times` of several builds of one network (say tuned and default),
+    their profiles taken in turn, so that the machine's drift over minutes falls on
+    all of them alike."""
+    step_seconds: list[list[float]] = [[] for _ in modules]
+    rows: list[Sequence[ProfileRow]] = [() for _ in modules]
     for number in range(profiles):
         if number:
             time.sleep(PROFILE_PAUSE_SECONDS)
-        rows = module.profile(repeat=repeat).rows
-        times = [row.seconds for row in rows]
-        step_seconds = times if not step_seconds else list(map(min, step_seconds, times))
+        for position, module in enumerate(modules):
+            rows[position] = module.profile(repeat=repeat).rows
+            times = [row.seconds for row in rows[position]]
+            kept = step_seconds[position]
+            step_seconds[position] = times if not kept else list(map(min, kept, times))
+    return [
+        _per_task(module, module_rows, seconds, tasks)
+        for module, module_rows, seconds in zip(modules, rows, step_seconds, strict=True)
+    ]
+
+
+def _per_task(
+    module: ProfiledModule,
+    rows: Sequence[ProfileRow],
+    step_seconds: Sequence[float],
+    tasks: Sequence[SearchTask],
+) -> tuple[list[float], float, float]:
+    """A profile's least step times as `in_network_times` returns them."""
     groups = {group.name: group.workload_key for group in module.info.groups}
     index_of = {task.workload_key: index for index, task in enumerate(tasks)}
     seconds: dict[int, list[float]] = defaultdict(list)

@@ -415,10 +415,6 @@ def _network_profiler(
     return profiler
 
 
-# Profiles of each network in the end-of-run check, alternating (each step's least).
-NETWORK_CHECK_PROFILES = 3
-
-
 def check_in_network(
     graph: Graph,
     params: Params,
@@ -428,13 +424,27 @@ def check_in_network(
 ) -> list[str]:
     """Each tuned schedule against its task's default, inside the network and at the
     same moment: the network built with the records and with the default schedules,
-    profiled in alternation (each step's least time of NETWORK_CHECK_PROFILES). Both
+    profiled in alternation (each step's least time of three profiles). Both
     times of each tuned task go into the records as in-network records, so that
     `ember compile` builds each task with whichever ran faster in the network
     (`ember.autoschedule.records.distill`). A schedule that wins alone can lose there
     (ViT-B/16: the 2000-trial bests ran 9% slower in the network than the defaults);
     where a default wins, the network is built and profiled once more. Returns the
     lines to print."""
+    print("Checking the tuned schedules in the network against the default ones", flush=True)
+    with _network(graph, params, tasks) as default:
+        return _check_against(default, graph, params, tasks, records, result)
+
+
+def _check_against(
+    default: Module,
+    graph: Graph,
+    params: Params,
+    tasks: Sequence[SearchTask],
+    records: str,
+    result: SchedulerResult,
+) -> list[str]:
+    """`check_in_network` with the default network built once, for both comparisons."""
     from ember.autoschedule.records import (
         ApplyHistoryBest,
         MeasureRecord,
@@ -445,12 +455,8 @@ def check_in_network(
     from ember.schedule.default import default_schedule
     from ember.schedule.steps import Step
 
-    print("Checking the tuned schedules in the network against the default ones", flush=True)
     bests = ApplyHistoryBest(records)
-    with (
-        _network(graph, params, tasks, records) as tuned,
-        _network(graph, params, tasks) as default,
-    ):
+    with _network(graph, params, tasks, records) as tuned:
         (tuned_times, tuned_total), (default_times, default_total) = _alternate_profiles(
             (tuned, default), tasks
         )
@@ -493,10 +499,7 @@ def check_in_network(
     )
     print("\n".join(lines), flush=True)
     print("Measuring the network with that choice", flush=True)
-    with (
-        _network(graph, params, tasks, records) as chosen,
-        _network(graph, params, tasks) as default,
-    ):
+    with _network(graph, params, tasks, records) as chosen:
         (_, chosen_total), (_, default_total) = _alternate_profiles((chosen, default), tasks)
     return [
         f"With them: {_seconds(chosen_total)}, against {_seconds(default_total)} with the "
@@ -507,21 +510,12 @@ def check_in_network(
 def _alternate_profiles(
     modules: Sequence[Module], tasks: Sequence[SearchTask]
 ) -> list[tuple[list[float], float]]:
-    """Per module, its tasks' in-network times and its total, each step's least over
-    NETWORK_CHECK_PROFILES profiles taken in turn with the other modules' (the
-    machine's drift over minutes falls on all alike)."""
-    from ember.autoschedule.calibration import in_network_times
+    """Per module, its tasks' in-network times and its total, profiled in turn with
+    the others' (`alternating_in_network_times`)."""
+    from ember.autoschedule.calibration import alternating_in_network_times
 
-    least: list[tuple[list[float], float]] = []
-    for number in range(NETWORK_CHECK_PROFILES):
-        for position, module in enumerate(modules):
-            times, _, total = in_network_times(module, tasks, profiles=1)
-            if number == 0:
-                least.append((times, total))
-            else:
-                kept, kept_total = least[position]
-                least[position] = (list(map(min, kept, times)), min(kept_total, total))
-    return least
+    timed = alternating_in_network_times(modules, tasks)
+    return [(times, total) for times, _, total in timed]
 
 
 def command_tune(args: argparse.Namespace) -> int:
