@@ -431,20 +431,6 @@ def check_in_network(
     (ViT-B/16: the 2000-trial bests ran 9% slower in the network than the defaults);
     where a default wins, the network is built and profiled once more. Returns the
     lines to print."""
-    print("Checking the tuned schedules in the network against the default ones", flush=True)
-    with _network(graph, params, tasks) as default:
-        return _check_against(default, graph, params, tasks, records, result)
-
-
-def _check_against(
-    default: Module,
-    graph: Graph,
-    params: Params,
-    tasks: Sequence[SearchTask],
-    records: str,
-    result: SchedulerResult,
-) -> list[str]:
-    """`check_in_network` with the default network built once, for both comparisons."""
     from ember.autoschedule.records import (
         ApplyHistoryBest,
         MeasureRecord,
@@ -455,56 +441,62 @@ def _check_against(
     from ember.schedule.default import default_schedule
     from ember.schedule.steps import Step
 
-    bests = ApplyHistoryBest(records)
-    with _network(graph, params, tasks, records) as tuned:
-        (tuned_times, tuned_total), (default_times, default_total) = _alternate_profiles(
-            (tuned, default), tasks
-        )
-    compared: list[int] = []
-    new_records = []
-    for index, task in enumerate(tasks):
-        best = bests.best(task.workload_key, task.target)
-        default_state = default_schedule(task.compute_dag, task.target)
-        default_steps: tuple[Step, ...] = tuple(default_state.steps)  # type: ignore[arg-type]
-        if best is None or not best.is_trial or steps_key(best.steps) == steps_key(default_steps):
-            continue
-        compared.append(index)
-        for steps, seconds in (
-            (best.steps, tuned_times[index]),
-            (default_steps, default_times[index]),
-        ):
-            new_records.append(
-                MeasureRecord(best.task, steps, RecordResult((seconds,), in_network=True))
+    print("Checking the tuned schedules in the network against the default ones", flush=True)
+    with _network(graph, params, tasks) as default:  # built once, for both comparisons
+        bests = ApplyHistoryBest(records)
+        with _network(graph, params, tasks, records) as tuned:
+            (tuned_times, tuned_total), (default_times, default_total) = _alternate_profiles(
+                (tuned, default), tasks
             )
-    RecordToFile(records).write(new_records)
-    estimate = result.estimated_latency
-    of_estimate = (
-        f"; the estimate is {estimate / tuned_total * 100:.0f}% of the measured time"
-        if math.isfinite(estimate)
-        else ""
-    )
-    lines = [
-        f"Measured in the network: {_seconds(tuned_total)} tuned, against "
-        f"{_seconds(default_total)} with the default schedules profiled alternately "
-        f"({default_total / tuned_total:.2f}x){of_estimate}"
-    ]
-    defaults = [i for i in compared if default_times[i] < tuned_times[i]]
-    if not defaults:
-        return lines
-    names = ", ".join(str(i) for i in defaults)
-    lines.append(
-        f"{len(defaults)} of {len(compared)} tuned tasks ran slower in the network than "
-        f"their default schedule (ID {names}); the records now give those the default "
-        "(in-network records)"
-    )
-    print("\n".join(lines), flush=True)
-    print("Measuring the network with that choice", flush=True)
-    with _network(graph, params, tasks, records) as chosen:
-        (_, chosen_total), (_, default_total) = _alternate_profiles((chosen, default), tasks)
-    return [
-        f"With them: {_seconds(chosen_total)}, against {_seconds(default_total)} with the "
-        f"default schedules ({default_total / chosen_total:.2f}x)"
-    ]
+        compared: list[int] = []
+        new_records = []
+        for index, task in enumerate(tasks):
+            best = bests.best(task.workload_key, task.target)
+            default_state = default_schedule(task.compute_dag, task.target)
+            default_steps: tuple[Step, ...] = tuple(default_state.steps)  # type: ignore[arg-type]
+            if (
+                best is None
+                or not best.is_trial
+                or steps_key(best.steps) == steps_key(default_steps)
+            ):
+                continue
+            compared.append(index)
+            for steps, seconds in (
+                (best.steps, tuned_times[index]),
+                (default_steps, default_times[index]),
+            ):
+                new_records.append(
+                    MeasureRecord(best.task, steps, RecordResult((seconds,), in_network=True))
+                )
+        RecordToFile(records).write(new_records)
+        estimate = result.estimated_latency
+        of_estimate = (
+            f"; the estimate is {estimate / tuned_total * 100:.0f}% of the measured time"
+            if math.isfinite(estimate)
+            else ""
+        )
+        lines = [
+            f"Measured in the network: {_seconds(tuned_total)} tuned, against "
+            f"{_seconds(default_total)} with the default schedules profiled alternately "
+            f"({default_total / tuned_total:.2f}x){of_estimate}"
+        ]
+        defaults = [i for i in compared if default_times[i] < tuned_times[i]]
+        if not defaults:
+            return lines
+        names = ", ".join(str(i) for i in defaults)
+        lines.append(
+            f"{len(defaults)} of {len(compared)} tuned tasks ran slower in the network than "
+            f"their default schedule (ID {names}); the records now give those the default "
+            "(in-network records)"
+        )
+        print("\n".join(lines), flush=True)
+        print("Measuring the network with that choice", flush=True)
+        with _network(graph, params, tasks, records) as chosen:
+            (_, chosen_total), (_, default_total) = _alternate_profiles((chosen, default), tasks)
+        return [
+            f"With them: {_seconds(chosen_total)}, against {_seconds(default_total)} with the "
+            f"default schedules ({default_total / chosen_total:.2f}x)"
+        ]
 
 
 def _alternate_profiles(
