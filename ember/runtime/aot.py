@@ -43,8 +43,11 @@ TOPK_DTYPES = {
     )
 }
 
-# Before any system header: clock_gettime, fseeko and off_t need POSIX under -std=c11.
-_FEATURES = "#define _POSIX_C_SOURCE 200809L\n#define _FILE_OFFSET_BITS 64\n"
+# Before any system header: clock_gettime, fseeko and off_t need POSIX under -std=c11;
+# madvise's MADV_HUGEPAGE (runtime.c) is glibc's default set beyond it.
+_FEATURES = (
+    "#define _POSIX_C_SOURCE 200809L\n#define _DEFAULT_SOURCE\n#define _FILE_OFFSET_BITS 64\n"
+)
 _RUNTIME_FILES = ("runtime.c", "safetensors.c", "topk.c", "indices.c")
 # dtypes c/indices.c checks (the index dtypes gather accepts).
 INDEX_CHECK_DTYPES = {"int32": "int32_t", "int64": "int64_t"}

@@ -14,6 +14,10 @@
 
 #define EMBER_EXPORT __attribute__((visibility("default")))
 #define EMBER_ALIGNMENT 64
+#define EMBER_HUGE_PAGE ((size_t)2 << 20)
+
+/* An aligned block, in huge pages from 2 MB where the OS has them (runtime.c). */
+void* ember_alloc_block(size_t nbytes);
 
 /* One tensor the library reads or writes at its boundary. `dtype` is the safetensors
  * spelling (F32, I64, ...); `shape` has `ndim` entries. */

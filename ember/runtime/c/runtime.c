@@ -13,6 +13,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#ifdef __linux__
+#include <sys/mman.h> /* madvise */
+#endif
 
 typedef struct ember_instance {
   const void** params;  /* borrowed from the caller, or pointing into owned_params */
@@ -36,10 +39,20 @@ EMBER_EXPORT const char* ember_last_error(void) { return last_error; }
 
 EMBER_EXPORT const char* ember_target(void) { return ember_model.target; }
 
-/* aligned_alloc wants a size that is a multiple of the alignment, and never 0 here. */
-static void* aligned_block(size_t nbytes) {
-  size_t size = (nbytes + EMBER_ALIGNMENT - 1) / EMBER_ALIGNMENT * EMBER_ALIGNMENT;
-  return aligned_alloc(EMBER_ALIGNMENT, size ? size : EMBER_ALIGNMENT);
+/* A block of `nbytes` (params, arena). Blocks of 2 MB and more are asked to be backed
+ * by huge pages where Linux has them: a network's kernels stream tens of MB of weights
+ * and activations, and with 4 KB pages each one's walk misses the TLB where the tuner
+ * (which times candidates on numpy arrays, in huge pages from 4 MB) saw no miss. On a
+ * Zen 5, ResNet-50 from its artifact ran 0-3% faster. aligned_alloc wants a size that
+ * is a multiple of the alignment, and never 0 here. */
+void* ember_alloc_block(size_t nbytes) {
+  size_t alignment = nbytes >= EMBER_HUGE_PAGE ? EMBER_HUGE_PAGE : EMBER_ALIGNMENT;
+  size_t size = (nbytes + alignment - 1) / alignment * alignment;
+  void* block = aligned_alloc(alignment, size ? size : alignment);
+#ifdef MADV_HUGEPAGE
+  if (block != NULL && alignment == EMBER_HUGE_PAGE) madvise(block, size, MADV_HUGEPAGE);
+#endif
+  return block;
 }
 
 static ember_instance* new_instance(void) {
@@ -47,7 +60,7 @@ static ember_instance* new_instance(void) {
   if (instance == NULL) goto fail;
   size_t count = ember_model.num_params ? (size_t)ember_model.num_params : 1;
   instance->params = calloc(count, sizeof *instance->params);
-  instance->arena = aligned_block(ember_model.arena_bytes);
+  instance->arena = ember_alloc_block(ember_model.arena_bytes);
   if (instance->params == NULL || instance->arena == NULL) goto fail;
   const char* adaptive = getenv("EMBER_ADAPTIVE_THREADS");
   instance->adaptive = adaptive == NULL || strcmp(adaptive, "0") != 0;

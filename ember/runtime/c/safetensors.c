@@ -249,7 +249,7 @@ static int load_params(FILE* file, const char* path, const ember_model_info* mod
     if (check_entry(path, &model->params[i], &entries[i], data_bytes) != 0) return -1;
     total += aligned(model->params[i].nbytes);
   }
-  unsigned char* data = aligned_alloc(EMBER_ALIGNMENT, total ? total : EMBER_ALIGNMENT);
+  unsigned char* data = ember_alloc_block(total);
   if (data == NULL) {
     ember_set_error("out of memory reading %zu bytes of params from %s", total, path);
     return -1;
