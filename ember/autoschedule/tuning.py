@@ -42,6 +42,7 @@ from ember.autoschedule.records import (
     MeasureRecord,
     load_best,
     load_records,
+    median_seconds,
     steps_key,
 )
 from ember.autoschedule.runner import LocalRunner
@@ -53,6 +54,8 @@ from ember.schedule.state import ScheduleError, State
 from ember.schedule.steps import replay
 
 MeasureCallback = Callable[[Sequence[MeasureRecord]], None]
+# A challenger of a task's best and the best, timed in turn this many times each.
+BESIDE_BEST_PAIRS = 2
 
 
 class TuningError(EmberError):
@@ -158,6 +161,9 @@ class TaskTuner:
         self.search = EvolutionarySearch(task, self.cost_model, search_params, seed, seeds)
         self.best_state: State | None = None
         self.best_cost = math.inf
+        # The best's compiled library, kept to time challengers beside it (released when
+        # a challenger wins; the builder's directory goes with the builder).
+        self._best_built: BuildResult | None = None
         self.trials = 0
         self.trials_since_improvement = 0
         self.stats = TuningStats()
@@ -205,16 +211,21 @@ class TaskTuner:
         started = time.perf_counter()
         built = builder.build(inputs)
         self.stats.build += time.perf_counter() - started
+        kept: int | None = None
         try:
             started = time.perf_counter()
             results = runner.run(inputs, built)
             self.stats.run += time.perf_counter() - started
             started = time.perf_counter()
-            results = self._check_new_best(inputs, built, results, runner)
+            results = self._check_new_best(inputs, built, results, builder, runner)
             self.stats.check += time.perf_counter() - started
+            kept = self._account(states, results)
         finally:
-            release(built)
-        self._account(states, results)
+            release([b for index, b in enumerate(built) if index != kept])
+        if kept is not None:
+            if self._best_built is not None:
+                release([self._best_built])
+            self._best_built = built[kept]
         records = [to_record(i, r, self.weight) for i, r in zip(inputs, results, strict=True)]
         for callback in callbacks:
             callback(records)
@@ -228,21 +239,23 @@ class TaskTuner:
         inputs: Sequence[MeasureInput],
         built: Sequence[BuildResult],
         results: list[MeasureResult],
+        builder: Builder,
         runner: Runner,
     ) -> list[MeasureResult]:
         """Confirm candidates faster than the best, fastest first: each is checked
         against the reference (a wrong one turns into a WRONG_ANSWER result) and timed
-        again, and its result keeps the second timing. The fastest of hundreds of noisy
+        again beside the best (`_time_beside_best`). The fastest of hundreds of noisy
         timings is faster than the program (a winner's curse), and the estimate and the
-        choice of task are built on the bests; the second timing is independent of the
-        choice. Goes on while an unconfirmed candidate's first timing beats the best
-        confirmed so far, so no candidate becomes the best unchecked."""
+        choice of task are built on the bests. Goes on while an unconfirmed candidate's
+        first timing beats the best confirmed so far, so no candidate becomes the best
+        unchecked."""
         results = list(results)
         faster = sorted(
             (i for i, r in enumerate(results) if r.ok and r.median_cost < self.best_cost),
             key=lambda i: results[i].median_cost,
         )
         confirmed_best = self.best_cost
+        best: tuple[MeasureInput, BuildResult, float] | None = None
         for index in faster:
             if results[index].median_cost >= confirmed_best:
                 break
@@ -252,15 +265,61 @@ class TaskTuner:
                     results[index], costs=(), error=verdict.error, message=verdict.message
                 )
                 continue
-            (again,) = runner.run([inputs[index]], [built[index]])
-            if again.ok:
-                results[index] = replace(results[index], costs=again.costs)
-            confirmed_best = min(confirmed_best, results[index].median_cost)
+            if best is None:
+                best = self._best_library(builder)
+            costs = self._time_beside_best(inputs[index], built[index], best, runner)
+            if costs:
+                results[index] = replace(results[index], costs=costs)
+            if results[index].median_cost < confirmed_best:
+                confirmed_best = results[index].median_cost
+                best = inputs[index], built[index], confirmed_best
         return results
 
-    def _account(self, states: Sequence[State], results: Sequence[MeasureResult]) -> None:
+    def _best_library(self, builder: Builder) -> tuple[MeasureInput, BuildResult, float] | None:
+        """The best so far, its library (built again after a resumed run, whose best
+        came from the records) and recorded cost; None before any best or when it no
+        longer builds."""
+        if self.best_state is None:
+            return None
+        best = MeasureInput(self.task, self.best_state)
+        if self._best_built is None:
+            (self._best_built,) = builder.build([best])
+        return (best, self._best_built, self.best_cost) if self._best_built.ok else None
+
+    def _time_beside_best(
+        self,
+        candidate: MeasureInput,
+        library: BuildResult,
+        best: tuple[MeasureInput, BuildResult, float] | None,
+        runner: Runner,
+    ) -> tuple[float, ...]:
+        """The candidate's costs, timed again: alternately with the best (best first,
+        BESIDE_BEST_PAIRS times each) and expressed on the best's recorded scale (each
+        cost x the best's recorded median / its median in these timings). On a shared
+        machine the speed drifts by 10-20% over minutes, and the first timings of a
+        task's fresh arguments run slow: a candidate timed minutes after the best, or
+        the default schedule (timed first) as the best, was often called faster than
+        a best it lost to in the network. Alternated, both see the same machine, and
+        on the best's scale the log's order of the two is the order this measured.
+        Without a best's library (the first best), a second timing alone."""
+        if best is None:
+            (again,) = runner.run([candidate], [library])
+            return again.costs if again.ok else ()
+        best_input, best_library, best_cost = best
+        pairs = [(best_input, best_library), (candidate, library)] * BESIDE_BEST_PAIRS
+        timed = runner.run([i for i, _ in pairs], [b for _, b in pairs])
+        best_costs = [c for r in timed[0::2] if r.ok for c in r.costs]
+        costs = [c for r in timed[1::2] if r.ok for c in r.costs]
+        if not costs or not best_costs:
+            return tuple(costs)
+        scale = best_cost / median_seconds(best_costs)
+        return tuple(c * scale for c in costs)
+
+    def _account(self, states: Sequence[State], results: Sequence[MeasureResult]) -> int | None:
+        """Count the round's trials; the index of the round's new best, if any."""
         self.search.record_measured(states, [r.median_cost for r in results])
-        for state, result in zip(states, results, strict=True):
+        new_best = None
+        for index, (state, result) in enumerate(zip(states, results, strict=True)):
             self.trials += 1
             self.stats.trials += 1
             if not result.ok:
@@ -268,8 +327,10 @@ class TaskTuner:
             if result.ok and result.median_cost < self.best_cost:
                 self.best_state, self.best_cost = state, result.median_cost
                 self.trials_since_improvement = 0
+                new_best = index
             else:
                 self.trials_since_improvement += 1
+        return new_best
 
     def result(self) -> TuneResult:
         return TuneResult(self.task, self.best_state, self.best_cost, self.stats)

@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -76,15 +77,44 @@ typedef struct {
   int64_t fill_floats;
 } weight_eviction;
 
+/* The largest cache of `level` (bytes) cpu0's sysfs lists, 0 if none (not Linux). The
+ * sysfs sizes are what one core sees; sysconf's may be the host's, in a VM: 384 MB for
+ * a Zen 5 guest with a 32 MB L3, which made each fill take 10 ms. */
+static size_t sysfs_cache_bytes(int level) {
+  size_t largest = 0;
+  for (int index = 0; index < 16; ++index) {
+    char path[96];
+    int found = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", index);
+    FILE* file = fopen(path, "r");
+    if (file == NULL) break;
+    if (fscanf(file, "%d", &found) != 1) found = 0;
+    fclose(file);
+    if (found != level) continue;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
+    file = fopen(path, "r");
+    if (file == NULL) continue;
+    unsigned long long size = 0;
+    char unit = 0;
+    if (fscanf(file, "%llu%c", &size, &unit) >= 1) {
+      size *= unit == 'K' ? 1024ull : unit == 'M' ? 1024ull * 1024 : 1;
+      if (size > largest) largest = (size_t)size;
+    }
+    fclose(file);
+  }
+  return largest;
+}
+
 /* How much other data fills the caches: the last-level cache's size when the weights
  * are then evicted line by line (more only takes longer: 32 MB took 0.34 ms on a
- * 32 MB L3, 64 MB 1.4 ms); on the portable path, where the fill alone must evict the
- * weights, more than the cache (timing.h). */
+ * 32 MB L3, 64 MB 1.4 ms, without making the timings nearer the network's); on the
+ * portable path, where the fill alone must evict the weights, more than the cache
+ * (timing.h). */
 static size_t fill_bytes(void) {
-#if EVICT_BY_LINE && defined(_SC_LEVEL3_CACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
-  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  if (llc > 0) return (size_t)llc;
+#if EVICT_BY_LINE
+  size_t llc = sysfs_cache_bytes(3);
+  if (llc == 0) llc = sysfs_cache_bytes(2);
+  if (llc > 0) return llc;
 #endif
   return ember_timing_flush_bytes();
 }
