@@ -61,9 +61,8 @@ class Timing(Enum):
 
     # Everything the kernel touched in the run before: runs repeated in a loop.
     WARM = "warm"
-    # A kernel in a network: before each run the last-level cache is filled with other
-    # data (the kernels before it), its other arguments read back in (its input just
-    # written) and its weights evicted to memory (streamed).
+    # All but its weights, evicted to memory before each run: a kernel in a network
+    # (its input just written by the previous kernel, the weights streamed).
     COLD_WEIGHTS = "cold-weights"
     # Nothing: the last-level cache flushed before each timed batch (TVM's
     # enable_cpu_cache_flush).

@@ -15,11 +15,9 @@ candidate's library, and a C loop (`c/measure.c`, the timing loop of the runtime
 call starts (`Timing`):
 
 - warm (the default): whatever the call before left there;
-- `cold_weights`: before every call, untimed, the last-level cache filled with other
-  data, the other arguments read back in, and the kernel's weight arguments
-  (`ArgSpec.is_weight`: the task's constant params) evicted to memory (`c/measure.c`
-  says why the fill); each call is timed on its own (so every timed call is a cold
-  one, whatever `number`);
+- `cold_weights`: the same, except the kernel's weight arguments (`ArgSpec.is_weight`:
+  the task's constant params), evicted to memory before every call, untimed; each call
+  is timed on its own (so every timed call is a cold one, whatever `number`);
 - `enable_cpu_cache_flush`: nothing; the last-level cache is flushed before each timed
   batch (use number=1: the flush only reaches a batch's first call).
 
@@ -62,9 +60,8 @@ from ember.te.evaluate import evaluate_dag
 from ember.toolchain import compile_shared
 
 WORKER_MODULE = "ember.autoschedule.measure_worker"
-# clock_gettime and nanosleep need POSIX under -std=c11, before any system header;
-# MADV_HUGEPAGE and the cache sizes of sysconf (c/measure.c) glibc's default set.
-_FEATURES = "#define _POSIX_C_SOURCE 200809L\n#define _DEFAULT_SOURCE\n"
+# clock_gettime and nanosleep need POSIX under -std=c11, before any system header.
+_FEATURES = "#define _POSIX_C_SOURCE 200809L\n"
 
 
 class MeasureError(EmberError):

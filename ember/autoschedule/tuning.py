@@ -54,8 +54,9 @@ from ember.schedule.state import ScheduleError, State
 from ember.schedule.steps import replay
 
 MeasureCallback = Callable[[Sequence[MeasureRecord]], None]
-# A challenger of a task's best and the best, timed in turn this many times each.
-BESIDE_BEST_PAIRS = 2
+# A challenger of a task's best and the best, timed in turn this many times each (each
+# timing of a warm run lasts 100 ms: two pairs made checking new bests 25% of a run).
+BESIDE_BEST_PAIRS = 1
 
 
 class TuningError(EmberError):
@@ -293,23 +294,25 @@ class TaskTuner:
         best: tuple[MeasureInput, BuildResult, float] | None,
         runner: Runner,
     ) -> tuple[float, ...]:
-        """The candidate's costs, timed again: alternately with the best (best first,
-        BESIDE_BEST_PAIRS times each) and expressed on the best's recorded scale (each
+        """The candidate's costs, timed again beside the best (the candidate, then the
+        best, BESIDE_BEST_PAIRS times) and expressed on the best's recorded scale (each
         cost x the best's recorded median / its median in these timings). On a shared
-        machine the speed drifts by 10-20% over minutes, and the first timings of a
-        task's fresh arguments run slow: a candidate timed minutes after the best, or
-        the default schedule (timed first) as the best, was often called faster than
-        a best it lost to in the network. Alternated, both see the same machine, and
-        on the best's scale the log's order of the two is the order this measured.
-        Without a best's library (the first best), a second timing alone."""
+        machine the speed drifts by 10-20% over minutes, and a task's first timings
+        run slow: a candidate timed minutes after the best, or the default schedule
+        (timed first) as the best, was often called faster than a best it then lost to
+        in the network. Timed together, both see the same machine, and on the best's
+        scale the log's order of the two is the order this measured. The candidate
+        goes first, where the timings after a pause run slowest: a false new best
+        costs the network more than a missed one. Without a best's library (the first
+        best), a second timing alone."""
         if best is None:
             (again,) = runner.run([candidate], [library])
             return again.costs if again.ok else ()
         best_input, best_library, best_cost = best
-        pairs = [(best_input, best_library), (candidate, library)] * BESIDE_BEST_PAIRS
+        pairs = [(candidate, library), (best_input, best_library)] * BESIDE_BEST_PAIRS
         timed = runner.run([i for i, _ in pairs], [b for _, b in pairs])
-        best_costs = [c for r in timed[0::2] if r.ok for c in r.costs]
-        costs = [c for r in timed[1::2] if r.ok for c in r.costs]
+        costs = [c for r in timed[0::2] if r.ok for c in r.costs]
+        best_costs = [c for r in timed[1::2] if r.ok for c in r.costs]
         if not costs or not best_costs:
             return tuple(costs)
         scale = best_cost / median_seconds(best_costs)

@@ -1,10 +1,8 @@
 """The candidate timer in C (`c/measure.c` on the timing loop of `timing.h`), driven
 through ctypes: with a prepare step, every timed call comes right after one; and
 cold-weights eviction really sends a weight's cache lines to memory while the other
-arguments stay cached and what was cached before is pushed out by the fill, on this
-machine's path (a fill of the last-level cache, then clflush / dc civac) and on the
-portable one (a fill larger than the last-level cache, then the other arguments read
-back).
+arguments stay cached, on this machine's path (clflush / dc civac) and on the portable
+one (a flush of the last-level cache, then the other arguments read back).
 
 The eviction is observed with a pointer chase: a chain of dependent loads over 4096
 cache lines (256 KiB, inside the L2 of current CPUs) in random order, so no prefetcher
@@ -77,37 +75,35 @@ static double chase(const uint64_t* chain, int64_t steps) {
   return seconds;
 }
 
-/* The fastest of `trials` chases over `weight` (arg 0, a weight), `activation` (arg 1,
- * not one) and `other` (no argument: what the kernel before left in the caches) after
- * evict_weights, and over `weight` when warm. */
-EXPORT int32_t chase_after_eviction(uint64_t* weight, uint64_t* activation, uint64_t* other,
-                                    int64_t bytes, int64_t steps, int32_t trials,
-                                    double* warm_weight, double* cold_weight,
-                                    double* activation_after, double* other_after) {
+/* The fastest of `trials` chases over `weight` (arg 0, a weight) and `activation` (arg
+ * 1, not one) after evict_weights, and over `weight` when warm. */
+EXPORT int32_t chase_after_eviction(uint64_t* weight, uint64_t* activation, int64_t bytes,
+                                    int64_t steps, int32_t trials, double* warm_weight,
+                                    double* cold_weight, double* activation_after) {
   void* args[2] = {weight, activation};
   int64_t arg_bytes[2] = {bytes, bytes};
   int32_t arg_is_weight[2] = {1, 0};
   weight_eviction eviction = {args, arg_bytes, arg_is_weight, 2, NULL, 0};
-  size_t fill = 0;
-  eviction.fill = fill_data(&fill);
-  if (eviction.fill == NULL) return 1;
-  eviction.fill_floats = (int64_t)(fill / sizeof(float));
-  *warm_weight = *cold_weight = *activation_after = *other_after = 1e9;
+  if (!EVICT_BY_LINE) {
+    eviction.flush_bytes = ember_timing_flush_bytes();
+    eviction.flush_buffer = malloc(eviction.flush_bytes);
+    if (eviction.flush_buffer == NULL) return 1;
+  }
+  *warm_weight = *cold_weight = *activation_after = 1e9;
   for (int32_t trial = 0; trial < trials; ++trial) {
-    chase(other, steps);
     chase(weight, steps);
     chase(activation, steps);
     double warm = chase(weight, steps);
     chase(weight, steps);
     evict_weights(&eviction);
     double activation_time = chase(activation, steps);
+    evict_weights(&eviction);
     double cold = chase(weight, steps);
-    double other_time = chase(other, steps);
     if (warm < *warm_weight) *warm_weight = warm;
     if (cold < *cold_weight) *cold_weight = cold;
     if (activation_time < *activation_after) *activation_after = activation_time;
-    if (other_time < *other_after) *other_after = other_time;
   }
+  free(eviction.flush_buffer);
   return 0;
 }
 """
@@ -176,27 +172,20 @@ def test_a_repeat_grows_through_a_pilot_to_just_past_its_minimum() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("portable", [False, True], ids=["by-line", "portable"])
 def test_evict_weights_sends_only_the_weights_to_memory(portable: bool) -> None:
-    weight, activation, other = chain(0), chain(1), chain(2)
-    times = [ctypes.c_double() for _ in range(4)]
+    weight, activation = chain(0), chain(1)
+    times = [ctypes.c_double() for _ in range(3)]
     status = harness(portable).chase_after_eviction(
         weight.ctypes.data_as(ctypes.c_void_p),
         activation.ctypes.data_as(ctypes.c_void_p),
-        other.ctypes.data_as(ctypes.c_void_p),
         ctypes.c_int64(weight.nbytes),
         ctypes.c_int64(LINES),
         5,
         *(ctypes.byref(t) for t in times),
     )
     assert status == 0
-    warm, cold, activation_after, other_after = (t.value for t in times)
+    warm, cold, activation_after = (t.value for t in times)
     assert cold > 3 * warm, f"evicted chase {cold * 1e6:.0f} us, cached {warm * 1e6:.0f} us"
     assert cold > 3 * activation_after, (
         f"the activation chase took {activation_after * 1e6:.0f} us after the eviction, "
         f"as long as an evicted one ({cold * 1e6:.0f} us)"
-    )
-    # The fill pushed what the caches held before out of the core's own caches, at
-    # least to the last-level cache (~3.5x an L2 hit on Zen; memory ~20x).
-    assert other_after > 2 * warm, (
-        f"a chase over data cached before the eviction took {other_after * 1e6:.0f} us "
-        f"after it, as a cached one ({warm * 1e6:.0f} us): the caches were not filled"
     )
