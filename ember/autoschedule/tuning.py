@@ -165,6 +165,7 @@ class TaskTuner:
         # The best's compiled library, kept to time challengers beside it (released when
         # a challenger wins; the builder's directory goes with the builder).
         self._best_built: BuildResult | None = None
+        self._best_builder: Builder | None = None  # whose directory holds it
         self.trials = 0
         self.trials_since_improvement = 0
         self.stats = TuningStats()
@@ -226,7 +227,7 @@ class TaskTuner:
         if kept is not None:
             if self._best_built is not None:
                 release([self._best_built])
-            self._best_built = built[kept]
+            self._best_built, self._best_builder = built[kept], builder
         records = [to_record(i, r, self.weight) for i, r in zip(inputs, results, strict=True)]
         for callback in callbacks:
             callback(records)
@@ -277,15 +278,18 @@ class TaskTuner:
         return results
 
     def _best_library(self, builder: Builder) -> tuple[MeasureInput, BuildResult, float] | None:
-        """The best so far, its library (built again after a resumed run, whose best
-        came from the records) and recorded cost; None before any best or when it no
-        longer builds."""
+        """The best so far, its library and recorded cost; None before any best or
+        when it no longer builds. The library is built again where there is none (a
+        resumed run's best came from the records) or its file is gone (an earlier
+        `tune` call's builder built it, and deleted its directory on closing)."""
         if self.best_state is None:
             return None
         best = MeasureInput(self.task, self.best_state)
-        if self._best_built is None:
+        if self._best_built is None or self._best_builder is not builder:
             (self._best_built,) = builder.build([best])
-        return (best, self._best_built, self.best_cost) if self._best_built.ok else None
+            self._best_builder = builder
+        library = self._best_built
+        return (best, library, self.best_cost) if library is not None and library.ok else None
 
     def _time_beside_best(
         self,

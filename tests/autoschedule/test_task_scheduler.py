@@ -304,3 +304,22 @@ def test_recalibration_measures_the_ratios_of_the_best_schedules(
     assert "skipped" in scheduler.recalibrate() and scheduler.ratios == pytest.approx((3.0, 1.0))
     with pytest.raises(TuningError, match="shares"):
         scheduler.set_network_profiler(failing, at=(0.0,))
+
+
+def test_a_second_tune_call_builds_the_best_again_with_its_own_builder(
+    tasks: list[SearchTask],
+) -> None:
+    # The first call's builder deletes its libraries when it closes: challengers in the
+    # second call are timed beside a best built by the second call's builder.
+    runner = FakeRunner({"big": 1e-2, "small": 1e-3})
+    scheduler = TaskScheduler(tasks, cost_model="random", search_params=SMALL_SEARCH, seed=0)
+    scheduler.tune(options(16, FakeBuilder(), runner))
+    bests = {
+        (task.desc, state_key(tuner.best_state))
+        for task, tuner in zip(tasks, scheduler.tuners, strict=True)
+        if tuner.best_state is not None
+    }
+    second = FakeBuilder()
+    scheduler.tune(options(32, second, runner))
+    # Deterministic (seed 0, fixed fake costs): some task's best is challenged.
+    assert set(second.built) & bests
