@@ -6,19 +6,27 @@ parallel helper processes.
         ...                                           # run them, then
         release(built)                                # delete the libraries
 
-Each candidate goes the one way every kernel does, `ember.backend.compile_kernel`
-(lower, the target backend's passes, render, its toolchain with the flags every build
-uses), into a library in the builder's private temporary directory. Not the
-content-hash kernel cache: thousands of candidates would fill it, and `release`
-deletes their files.
+Each candidate goes the way every kernel does (lower, the target backend's passes,
+render, its toolchain with the flags every build uses), into a library in the
+builder's private temporary directory. Not the content-hash kernel cache: thousands of
+candidates would fill it, and `release` deletes their files.
 
-Lowering is pure Python, so the work is spread over `n_parallel` helper processes
-(`build_worker`; started, not forked, see `ember.autoschedule.worker`), which live as
-long as the builder. A candidate whose lowering raises is an INSTANTIATION result with
-the error; a compiler failure a COMPILE result with the compiler's first error lines;
-one that takes more than `timeout` seconds a TIMEOUT result (its helper, and the
-compiler it ran, are killed and a fresh helper takes its place). `build` never raises
-for a bad candidate.
+The work is spread over `n_parallel` helper processes (`build_worker`; started, not
+forked, see `ember.autoschedule.worker`), which live as long as the builder, in
+batches of up to `MAX_BATCH` candidates: a helper lowers and renders each, then
+compiles them together, one translation unit and one compiler run for the batch
+(`ember.backend.compile_unit`). A compiler run has a fixed cost (starting it, the
+headers, the link: ~50 of GCC's ~240 ms for a conv candidate), and each kernel
+compiles to the same code as alone. Each candidate still gets its own file (hard
+links to the batch's library), so `release` of one leaves the others.
+
+A candidate whose lowering raises is an INSTANTIATION result with the error; a
+compiler failure a COMPILE result with the compiler's first error lines (a batch the
+compiler rejects is compiled again one candidate at a time, so the error is the
+failing candidate's); one that takes more than `timeout` seconds a TIMEOUT result (its
+helper, and the compiler it ran, are killed and a fresh helper takes its place; a
+batch may take `timeout` per candidate, and one that runs over is built again one by
+one). `build` never raises for a bad candidate.
 
 `build_func` is the tutorials' choice of compiler: "default" (the target's, see
 `ember.toolchain`) or "ndk" (the Android NDK's clang named by `$EMBER_NDK_CC`, what
@@ -31,6 +39,7 @@ for every candidate.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -50,48 +59,115 @@ from ember.autoschedule.worker import (
     WorkerTimedOut,
     wait_for_any,
 )
-from ember.backend import compile_kernel
+from ember.backend import Output, backend_for, compile_unit, generate_kernel
+from ember.backend.base import GeneratedKernel
 from ember.device import host_cpu_count
 from ember.errors import CompileError, EmberError, TargetError, ToolchainError
+from ember.schedule.lower import lower
 from ember.toolchain import ndk_compiler
 
 WORKER_MODULE = "ember.autoschedule.build_worker"
-# The kernel's C name; the packed entry is `candidate_packed`.
+# The kernels' C names: `candidate_<i>` for the i-th of a batch; the packed entry is
+# `candidate_<i>_packed`.
 KERNEL_NAME = "candidate"
+# Candidates compiled together in one translation unit, at most: see the module
+# docstring. Four saved about a fifth of GCC's time per candidate (BENCHMARKS.md);
+# more save little and balance the helpers' work worse.
+MAX_BATCH = 4
 _ERROR_LINES = 12
 
 
 @dataclass(frozen=True, slots=True)
 class BuildRequest:
-    """Build `measure_input` into `<directory>/<name>.so` (to a helper)."""
+    """Build `measure_inputs` into `<directory>/<name>-<i>.so`, one file each (to a
+    helper)."""
 
-    measure_input: MeasureInput
+    measure_inputs: tuple[MeasureInput, ...]
     directory: str
     name: str
 
 
-def build_candidate(request: BuildRequest) -> BuildResult:
-    """Lower, render and compile one candidate (`ember.backend.compile_kernel`, into
-    the builder's directory, uncached); errors become results. Runs in a helper
-    process; time_cost is filled in by the builder, which sees the whole time."""
-    measure_input = request.measure_input
-    library = Path(request.directory) / f"{request.name}.so"
+def build_candidates(request: BuildRequest) -> list[BuildResult]:
+    """Lower and render each candidate (`ember.backend.generate_kernel`), then compile
+    them all in one compiler run (`ember.backend.compile_unit`); where that fails, or
+    the backend cannot, each alone, so that a compiler's error is its candidate's.
+    Errors become results. Runs in a helper process; time_cost is filled in by the
+    builder, which sees the whole time."""
+    directory = Path(request.directory)
+    inputs = request.measure_inputs
+    results: list[BuildResult | None] = [None] * len(inputs)
+    generated: dict[int, GeneratedKernel] = {}
+    for index, measure_input in enumerate(inputs):
+        try:
+            func = lower(measure_input.state, f"{KERNEL_NAME}_{index}")
+            generated[index] = generate_kernel(func, measure_input.task.target)
+        except (ToolchainError, TargetError) as error:
+            # A backend these helpers do not know: not the candidate's fault, but it
+            # does not compile.
+            results[index] = BuildResult(None, "", (), ErrorKind.COMPILE, str(error))
+        except Exception as error:  # any other failure is the candidate's lowering
+            message = f"{type(error).__name__}: {error}"
+            results[index] = BuildResult(None, "", (), ErrorKind.INSTANTIATION, message)
+    libraries = {index: directory / f"{request.name}-{index}.so" for index in generated}
+    if _compiled_together(inputs, generated, directory / f"{request.name}.so", libraries):
+        for index, kernel in generated.items():
+            results[index] = _built(inputs[index], kernel, libraries[index])
+    else:
+        for index, kernel in generated.items():
+            results[index] = _compile_alone(inputs[index], kernel, libraries[index])
+    return [result for result in results if result is not None]
+
+
+def _compiled_together(
+    inputs: Sequence[MeasureInput],
+    generated: dict[int, GeneratedKernel],
+    unit: Path,
+    libraries: dict[int, Path],
+) -> bool:
+    """Compile the generated kernels into `unit` and give each its own name for it
+    (`libraries`: hard links, so that releasing one candidate leaves the others);
+    False where they were not compiled together."""
+    targets = {str(inputs[index].task.target) for index in generated}
+    if len(generated) < 2 or len(targets) != 1:
+        return False
+    target = inputs[next(iter(generated))].task.target
     try:
-        compiled = compile_kernel(
-            measure_input.state, measure_input.task.target, KERNEL_NAME, path=library
-        )
+        if compile_unit(list(generated.values()), target, unit) is None:
+            return False
+    except (CompileError, ToolchainError, OSError):
+        return False  # each alone says whose error it was
+    try:
+        for library in libraries.values():
+            _link_or_copy(unit, library)
+    finally:
+        unit.unlink(missing_ok=True)
+    return True
+
+
+def _link_or_copy(source: Path, name: Path) -> None:
+    try:
+        os.link(source, name)
+    except OSError:  # a file system without hard links
+        shutil.copyfile(source, name)
+
+
+def _compile_alone(
+    measure_input: MeasureInput, kernel: GeneratedKernel, library: Path
+) -> BuildResult:
+    target = measure_input.task.target
+    try:
+        backend_for(target).compile(kernel.source, target, Output.SHARED, path=library)
     except CompileError as error:
         status = f"{error.argv[0]} exited with status {error.returncode}"
         message = f"{status}:\n{_first_errors(error.stderr)}"
         return BuildResult(None, "", (), ErrorKind.COMPILE, message)
     except (ToolchainError, TargetError, OSError) as error:
-        # No compiler, a backend these helpers do not know, a full disk: not the
-        # candidate's fault, but it did not compile.
+        # No compiler, a full disk: not the candidate's fault, but it did not compile.
         return BuildResult(None, "", (), ErrorKind.COMPILE, str(error))
-    except Exception as error:  # any other failure is the candidate's lowering
-        message = f"{type(error).__name__}: {error}"
-        return BuildResult(None, "", (), ErrorKind.INSTANTIATION, message)
-    kernel = compiled.kernel
+    return _built(measure_input, kernel, library)
+
+
+def _built(measure_input: MeasureInput, kernel: GeneratedKernel, library: Path) -> BuildResult:
     # `lower` passes the DAG's inputs first, in order: position = input index.
     weights = measure_input.task.weight_inputs
     args = tuple(
@@ -165,21 +241,26 @@ class LocalBuilder:
                         "-mtriple=aarch64-linux-android (or build_func='default')"
                     )
         results: list[BuildResult | None] = [None] * len(inputs)
-        queue = deque(enumerate(inputs))
-        running: dict[Worker, tuple[int, float]] = {}
-        self._pool.grow(min(self.n_parallel, len(inputs)))
+        queue = deque(_batches(len(inputs), self.n_parallel))
+        running: dict[Worker, tuple[list[int], float]] = {}
+        self._pool.grow(min(self.n_parallel, len(queue)))
         try:
             while queue or running:
                 for worker in self._pool.idle(running):
                     if not queue:
                         break
-                    index, measure_input = queue.popleft()
-                    request = BuildRequest(measure_input, str(self.directory), uuid.uuid4().hex)
-                    worker.send(request)
-                    running[worker] = (index, time.monotonic())
-                for worker, index, result in self._collect(running):
+                    batch = queue.popleft()
+                    batch_inputs = tuple(inputs[index] for index in batch)
+                    name = uuid.uuid4().hex
+                    worker.send(BuildRequest(batch_inputs, str(self.directory), name))
+                    running[worker] = (batch, time.monotonic())
+                for worker, batch, built in self._collect(running):
                     del running[worker]
-                    results[index] = result
+                    if built is None:  # a batch that failed as a whole: each alone
+                        queue.extend([index] for index in batch)
+                        continue
+                    for index, result in zip(batch, built, strict=True):
+                        results[index] = result
         except BaseException:
             # Interrupted (Ctrl-C): a busy helper's late reply must not answer the
             # next build's request.
@@ -190,11 +271,12 @@ class LocalBuilder:
         return [result for result in results if result is not None]
 
     def _collect(
-        self, running: dict[Worker, tuple[int, float]]
-    ) -> list[tuple[Worker, int, BuildResult]]:
+        self, running: dict[Worker, tuple[list[int], float]]
+    ) -> list[tuple[Worker, list[int], list[BuildResult] | None]]:
         """Wait for a reply, a helper starting, or the first deadline; the finished."""
         now = time.monotonic()
-        deadline = min((start + self.timeout for _, start in running.values()), default=None)
+        deadlines = [start + self._limit(batch) for batch, start in running.values()]
+        deadline = min(deadlines, default=None)
         wait_for = START_TIMEOUT if deadline is None else max(0.0, deadline - now)
         ready = wait_for_any([worker.connection for worker in self._pool.workers], wait_for)
         for worker in self._pool.starting():
@@ -203,27 +285,41 @@ class LocalBuilder:
         if deadline is None and not ready:
             raise EmberError(f"no build helper started within {START_TIMEOUT:g} s")
         finished = []
-        for worker, (index, start) in list(running.items()):
-            if worker.connection in ready or time.monotonic() - start > self.timeout:
-                finished.append((worker, index, self._finish(worker, start)))
+        for worker, (batch, start) in list(running.items()):
+            late = time.monotonic() - start > self._limit(batch)
+            if worker.connection in ready or late:
+                finished.append((worker, batch, self._finish(worker, batch, start)))
         return finished
 
-    def _finish(self, worker: Worker, start: float) -> BuildResult:
-        """The result of `worker`'s candidate; replaces the helper if it died or hung."""
+    def _limit(self, batch: list[int]) -> float:
+        """A batch may take `timeout` seconds per candidate."""
+        return self.timeout * len(batch)
+
+    def _finish(
+        self, worker: Worker, batch: list[int], start: float
+    ) -> list[BuildResult] | None:
+        """The results of `worker`'s batch, or None for a batch of several that timed
+        out or killed its helper (each is then built alone, so that only the
+        candidate at fault fails); replaces the helper if it died or hung."""
         try:
-            result = worker.receive(0)
+            built = worker.receive(0)
         except (WorkerTimedOut, WorkerCrashed) as error:
             self._pool.replace(worker)
+            if len(batch) > 1:
+                return None
             if isinstance(error, WorkerCrashed):
                 reason = f"the build process died ({error.reason}) building it"
                 seconds = time.monotonic() - start
-                return BuildResult(None, "", (), ErrorKind.COMPILE, reason, seconds)
-            return self._timeout(start)
-        assert isinstance(result, BuildResult)
-        if time.monotonic() - start > self.timeout:
-            release_one(result)
-            return self._timeout(start)
-        return replace(result, time_cost=time.monotonic() - start)
+                return [BuildResult(None, "", (), ErrorKind.COMPILE, reason, seconds)]
+            return [self._timeout(start)]
+        assert isinstance(built, list)
+        elapsed = time.monotonic() - start
+        if elapsed > self._limit(batch):
+            for result in built:
+                release_one(result)
+            return None if len(batch) > 1 else [self._timeout(start)]
+        # The candidates of a batch share its time.
+        return [replace(result, time_cost=elapsed / len(batch)) for result in built]
 
     def _timeout(self, start: float) -> BuildResult:
         message = (
@@ -231,6 +327,13 @@ class LocalBuilder:
             "(lowering and compiling)"
         )
         return BuildResult(None, "", (), ErrorKind.TIMEOUT, message, time.monotonic() - start)
+
+
+def _batches(count: int, n_parallel: int) -> list[list[int]]:
+    """Candidate indices in batches of up to `MAX_BATCH`, small enough that each
+    helper gets two batches or more (the last ones to finish then wait less)."""
+    size = max(1, min(MAX_BATCH, count // (2 * n_parallel)))
+    return [list(range(first, min(first + size, count))) for first in range(0, count, size)]
 
 
 def release_one(result: BuildResult) -> None:
@@ -251,7 +354,7 @@ class _Pool:
         while len(self.workers) < count:
             self.workers.append(Worker(WORKER_MODULE, {"OMP_NUM_THREADS": "1"}))
 
-    def idle(self, running: dict[Worker, tuple[int, float]]) -> list[Worker]:
+    def idle(self, running: dict[Worker, tuple[list[int], float]]) -> list[Worker]:
         return [w for w in self.workers if w.ready and w not in running]
 
     def starting(self) -> list[Worker]:

@@ -3,6 +3,7 @@
     compiled = compile_kernel(state, target, "conv")          # a cached shared library
     compiled = compile_kernel(state, target, "conv", output=Output.OBJECT)   # for linking
     compiled = compile_kernel(state, target, "cand", path=dir / "cand.so")   # uncached
+    library = compile_unit([generate_kernel(f, target) for f in funcs], target, path)
     kernel = compiled.load()                                   # a callable (this machine)
     kernel = build_kernel(func, "llvm")                        # the same from loop IR
 
@@ -133,6 +134,23 @@ def compile_kernel(
     return compile_func(func, target, output=output, path=path, flags=flags)
 
 
+def compile_unit(
+    kernels: Sequence[GeneratedKernel], target: Target | str, path: Path
+) -> Path | None:
+    """Generated kernels (`generate_kernel` for `target`, distinct names) compiled
+    into one shared library at `path`, uncached, by one compiler run; None when the
+    backend cannot put them into one translation unit (`Backend.render_unit`: compile
+    each with `compile_func` then). A compiler that rejects the source raises
+    `ember.errors.CompileError`, for the whole unit."""
+    target = target if isinstance(target, Target) else Target(target)
+    backend = backend_for(target)
+    source = backend.render_unit([kernel.func for kernel in kernels])
+    if source is None:
+        return None
+    debug_dump(f"{backend.name} source of {', '.join(k.name for k in kernels)}", source)
+    return backend.compile(source, target, Output.SHARED, path=path)
+
+
 def build_kernel(func: PrimFunc, target: Target | str = "llvm") -> Kernel:
     """Compile lowered loop IR for this machine and load it: the whole path from loop
     IR to a callable."""
@@ -165,6 +183,7 @@ __all__ = [
     "build_kernel",
     "compile_func",
     "compile_kernel",
+    "compile_unit",
     "generate_kernel",
     "kernel_source",
     "register_backend",

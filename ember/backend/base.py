@@ -121,6 +121,14 @@ class Backend(ABC):
     def render(self, func: PrimFunc) -> str:
         """The source text of `func` after `passes`."""
 
+    def render_unit(self, funcs: Sequence[PrimFunc]) -> str | None:
+        """The source of several kernels (distinct names, each after `passes`) in one
+        translation unit that compiles each to what `render` alone would, or None
+        when this backend cannot put these together (the default): the tuning builder
+        then compiles them one by one. One compiler process for several candidates
+        saves its start, the headers and a link per candidate."""
+        return None
+
     @abstractmethod
     def symbols(self, name: str) -> tuple[str, str]:
         """The exported names of kernel `name`'s function and of its packed entry point

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ember.backend.base import Backend, LoopPass, Output
-from ember.codegen.c import entry_symbols, render_c
+from ember.codegen.c import entry_symbols, render_c, render_c_unit
 from ember.codegen.portable_c import render_portable_c
 from ember.codegen.renderer import output_args
 from ember.errors import ToolchainError
@@ -61,6 +61,9 @@ class CBackend(Backend):
 
     def render(self, func: PrimFunc) -> str:
         return render_c(func)
+
+    def render_unit(self, funcs: Sequence[PrimFunc]) -> str | None:
+        return render_c_unit(funcs)
 
     def symbols(self, name: str) -> tuple[str, str]:
         return entry_symbols(name)
@@ -104,3 +107,6 @@ class PortableCBackend(CBackend):
 
     def render(self, func: PrimFunc) -> str:
         return render_portable_c(func)
+
+    def render_unit(self, funcs: Sequence[PrimFunc]) -> str | None:
+        return None  # its renderer writes whole translation units only

@@ -16,6 +16,7 @@ from ember.autoschedule import SearchTask, extract_tasks
 from ember.autoschedule.builder import LocalBuilder
 from ember.autoschedule.measure import MeasureInput, release
 from ember.autoschedule.records import ErrorKind
+from ember.autoschedule.runner import LocalRunner
 from ember.errors import EmberError, TargetError, ToolchainError
 from ember.schedule.default import default_schedule
 from ember.schedule.state import Location, State
@@ -62,7 +63,7 @@ def test_default_schedules_build(tasks: dict[str, SearchTask]) -> None:
             assert result.ok, result.message
             assert result.path is not None and Path(result.path).is_file()
             assert Path(result.path).parent == builder.directory
-            assert result.symbol == "candidate_packed"
+            assert result.symbol == "candidate_0_packed"
             assert result.time_cost > 0
             dag = measure_input.task.compute_dag
             assert [a.shape for a in result.args] == [t.shape for t in dag.inputs + dag.outputs]
@@ -120,6 +121,66 @@ def test_timeout_kills_and_replaces_helper(tasks: dict[str, SearchTask]) -> None
         (result,) = builder.build(inputs[1:])
         assert result.ok, result.message
         release([result])
+
+
+def test_a_batch_compiles_together_and_each_candidate_is_its_own(
+    tasks: dict[str, SearchTask],
+) -> None:
+    """Eight candidates, one helper: two batches of four, each compiled in one
+    compiler run into one library, which each candidate has under its own name; each
+    computes what the reference does, also after another of its batch is released."""
+    inputs = [default_input(task) for task in tasks.values()] * 3
+    inputs = inputs[:8]
+    with LocalBuilder(n_parallel=1) as builder, LocalRunner() as runner:
+        results = builder.build(inputs)
+        assert all(result.ok for result in results), [r.message for r in results]
+        paths = [str(result.path) for result in results]
+        assert len(set(paths)) == 8
+        files = [os.stat(path) for path in paths]
+        assert [(f.st_dev, f.st_ino) for f in files[:4]] == [(files[0].st_dev, files[0].st_ino)] * 4
+        assert (files[4].st_dev, files[4].st_ino) != (files[0].st_dev, files[0].st_ino)
+        assert [r.symbol for r in results] == [f"candidate_{i}_packed" for i in range(4)] * 2
+        release(results[:1])
+        assert not Path(paths[0]).exists()
+        for measure_input, result in zip(inputs[1:], results[1:], strict=True):
+            verdict = runner.check(measure_input, result)
+            assert verdict.error is ErrorKind.NONE, verdict.message
+        release(results)
+        assert list(builder.directory.iterdir()) == []
+
+
+def test_a_batch_the_compiler_rejects_is_built_one_by_one(
+    tasks: dict[str, SearchTask], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compiler that rejects any source with a second candidate (`candidate_1`):
+    each batch of two fails as a whole and is compiled again one candidate at a time,
+    so only the second of each batch is a COMPILE result, with the compiler's error."""
+    gcc = shutil.which(os.environ.get("CC", "gcc")) or "gcc"
+    compiler = tmp_path / "picky-cc"
+    compiler.write_text(
+        "#!/bin/sh\n"
+        'for arg in "$@"; do case "$arg" in *.c) if grep -q "candidate_1(" "$arg"; then\n'
+        '  echo "$arg:1:1: error: injected failure" >&2; exit 1; fi;; esac; done\n'
+        f'exec {gcc} "$@"\n'
+    )
+    compiler.chmod(compiler.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("CC", str(compiler))
+    inputs = [default_input(tasks["pool"]), default_input(tasks["softmax"])] * 2
+    with LocalBuilder(n_parallel=1) as builder:
+        results = builder.build(inputs)
+        assert [r.error for r in results] == [ErrorKind.NONE, ErrorKind.COMPILE] * 2
+        assert all("error: injected failure" in r.message for r in results[1::2])
+        release(results)
+
+
+def test_a_batch_that_times_out_is_built_one_by_one(tasks: dict[str, SearchTask]) -> None:
+    """Two batches of two run past their time (nothing builds in milliseconds): each
+    candidate is then built alone, and times out alone."""
+    inputs = [default_input(tasks["pool"]), default_input(tasks["softmax"])] * 2
+    with LocalBuilder(n_parallel=1, timeout=0.001) as builder:
+        results = builder.build(inputs)
+    assert [r.error for r in results] == [ErrorKind.TIMEOUT] * 4
+    assert all("timeout of 0.001 s" in r.message for r in results)
 
 
 def test_rejects_bad_settings() -> None:

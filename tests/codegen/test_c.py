@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from loop.test_vectorize import index_exprs  # tests/ is on sys.path (pyproject)
 
-from ember.backend import Kernel, build_kernel, kernel_source
+from ember.backend import Kernel, build_kernel, compile_unit, generate_kernel, kernel_source
 from ember.codegen import output_args
+from ember.codegen.c import render_c_unit
 from ember.errors import CodegenError
 from ember.loop.interpret import run_func
 from ember.loop.ir import (
@@ -545,16 +546,22 @@ def _fma_flips(count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return a[flips], b[flips], c[flips]
 
 
+def requantize() -> PrimFunc:
+    """Q = round(A * B + C) to uint8, 16 lanes."""
+    a_buf, b_buf, c_buf = (Buffer(name, (16,), F32) for name in "ABC")
+    out = Buffer("Q", (16,), "uint8")
+    value = cast("uint8", call("round", Load(a_buf, (v,)) * Load(b_buf, (v,)) + Load(c_buf, (v,))))
+    return PrimFunc("requantize", (a_buf, b_buf, c_buf, out),
+                    loop(v, 16, Store(out, (v,), value), ForKind.VECTORIZED))  # fmt: skip
+
+
 def test_kernels_that_round_floats_do_not_fuse_multiply_adds() -> None:
     """round(a * b + c) to uint8 (a requantization) on inputs where an FMA lands on the
     other side of a rounding step (all 16 differ with FMAs): the kernel is compiled
     without contraction and equals the interpreter; a kernel without rounding keeps
     FMAs."""
-    a_buf, b_buf, c_buf = (Buffer(name, (16,), F32) for name in "ABC")
-    out = Buffer("Q", (16,), "uint8")
-    value = cast("uint8", call("round", Load(a_buf, (v,)) * Load(b_buf, (v,)) + Load(c_buf, (v,))))
-    func = PrimFunc("requantize", (a_buf, b_buf, c_buf, out),
-                    loop(v, 16, Store(out, (v,), value), ForKind.VECTORIZED))  # fmt: skip
+    func = requantize()
+    a_buf, b_buf, c_buf, _ = func.args
     assert "fp-contract=off" in kernel_source(func, "llvm")
     a, b, c = _fma_flips(16)
     run_both(func, [a, b, c, np.zeros(16, np.uint8)])
@@ -563,3 +570,31 @@ def test_kernels_that_round_floats_do_not_fuse_multiply_adds() -> None:
         plain, (v,), Load(a_buf, (v,)) * Load(b_buf, (v,)) + Load(c_buf, (v,))),
         ForKind.VECTORIZED))  # fmt: skip
     assert "fp-contract" not in kernel_source(fused, "llvm")
+
+
+def test_kernels_share_a_translation_unit(tmp_path: Path) -> None:
+    """`compile_unit`: two kernels in one translation unit (the tuning builder's
+    batches), each written as alone, the helpers they share once; each runs from the
+    one library as the interpreter does. A kernel that rounds floats (compiled without
+    contraction) shares no unit with one that does not."""
+    funcs = [elementwise(), matmul()]
+    generated = [generate_kernel(func, "llvm") for func in funcs]
+    unit = render_c_unit([kernel.func for kernel in generated])
+    assert unit is not None and unit.count("#include <math.h>") == 1
+    assert unit.count("static inline float32x16 ember_max_float32x16(") == 1
+    for kernel in generated:
+        function = kernel.source[kernel.source.index(f"void {kernel.name}(") :]
+        assert function in unit
+    library = compile_unit(generated, "llvm", tmp_path / "unit.so")
+    assert library == tmp_path / "unit.so"
+    for func, kernel in zip(funcs, generated, strict=True):
+        arrays = inputs_for(func)
+        expected = [a.copy() for a in arrays]
+        run_func(func, expected)
+        Kernel(func, library, packed_symbol=kernel.packed_symbol)(*arrays)
+        for got, want in zip(arrays, expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+    rounding = generate_kernel(requantize(), "llvm")
+    assert render_c_unit([generated[0].func, rounding.func]) is None
+    assert compile_unit([generated[0], rounding], "llvm", tmp_path / "mixed.so") is None
+    assert "fp-contract=off" in str(render_c_unit([rounding.func, rounding.func]))
