@@ -295,9 +295,7 @@ class LocalBuilder:
         """A batch may take `timeout` seconds per candidate."""
         return self.timeout * len(batch)
 
-    def _finish(
-        self, worker: Worker, batch: list[int], start: float
-    ) -> list[BuildResult] | None:
+    def _finish(self, worker: Worker, batch: list[int], start: float) -> list[BuildResult] | None:
         """The results of `worker`'s batch, or None for a batch of several that timed
         out or killed its helper (each is then built alone, so that only the
         candidate at fault fails); replaces the helper if it died or hung."""
