@@ -16,7 +16,7 @@ forked, see `ember.autoschedule.worker`), which live as long as the builder, in
 batches of up to `MAX_BATCH` candidates: a helper lowers and renders each, then
 compiles them together, one translation unit and one compiler run for the batch
 (`ember.backend.compile_unit`). A compiler run has a fixed cost (starting it, the
-headers, the link: ~50 of GCC's ~240 ms for a conv candidate), and each kernel
+headers, the link: ~40 of GCC's ~240 ms for a conv candidate), and each kernel
 compiles to the same code as alone. Each candidate still gets its own file (hard
 links to the batch's library), so `release` of one leaves the others.
 
@@ -71,8 +71,9 @@ WORKER_MODULE = "ember.autoschedule.build_worker"
 # `candidate_<i>_packed`.
 KERNEL_NAME = "candidate"
 # Candidates compiled together in one translation unit, at most: see the module
-# docstring. Four saved about a fifth of GCC's time per candidate (BENCHMARKS.md);
-# more save little and balance the helpers' work worse.
+# docstring. Four took 11% off GCC's time per candidate and 30% off clang's (whose
+# start is dearer); eight saved GCC no more and balance the helpers' work worse
+# (BENCHMARKS.md, issue 19, fifth session).
 MAX_BATCH = 4
 _ERROR_LINES = 12
 
