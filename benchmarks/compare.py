@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -193,10 +194,15 @@ def time_alternately(
     runners: Sequence[Callable[[], object]], args: argparse.Namespace
 ) -> list[float]:
     """Median ms of each runner: `--repeat` rounds, each a block of `--block` timed runs
-    of every runner in turn, each block after settling."""
+    of every runner in turn, each block after settling. The order of the turns goes
+    through every permutation, round by round: a runtime that always ran right after
+    ONNX Runtime read 3-28% slower than in another place (EfficientNet-B0, BENCHMARKS.md
+    issue 19 fifth session), so no runner keeps one place."""
     samples: list[list[float]] = [[] for _ in runners]
+    orders = itertools.cycle(itertools.permutations(range(len(runners))))
     for _ in range(args.repeat):
-        for run, times in zip(runners, samples, strict=True):
+        for index in next(orders):
+            run, times = runners[index], samples[index]
             _settle(run, args.settle_ms)
             for _ in range(args.block):
                 start = time.perf_counter()
