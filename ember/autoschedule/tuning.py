@@ -57,6 +57,14 @@ MeasureCallback = Callable[[Sequence[MeasureRecord]], None]
 # A challenger of a task's best and the best, timed in turn this many times each (each
 # timing of a warm run lasts 100 ms: two pairs made checking new bests 25% of a run).
 BESIDE_BEST_PAIRS = 1
+# A best timed beside a challenger this many times faster or slower than its record
+# may have been disturbed (a stall), not drifted: scaling the challenger by such a
+# timing recorded a ResNet-18 conv at 2.8x this machine's FMA peak, a best nothing
+# could beat. Such a pair is timed once more: the second scale counts if it is within
+# this, or within PAIR_AGREEMENT of the first (the machine's speed did change); else
+# the challenger's costs are kept as timed.
+MAX_PAIR_DRIFT = 1.5
+PAIR_AGREEMENT = 1.25
 
 
 class TuningError(EmberError):
@@ -305,7 +313,8 @@ class TaskTuner:
         run slow: a candidate timed minutes after the best, or the default schedule
         (timed first) as the best, was often called faster than a best it then lost to
         in the network. Timed together, both see the same machine, and on the best's
-        scale the log's order of the two is the order this measured. The candidate
+        scale the log's order of the two is the order this measured (a best timed
+        far off its record is timed again, see MAX_PAIR_DRIFT). The candidate
         goes first, where the timings after a pause run slowest: a false new best
         costs the network more than a missed one. Without a best's library (the first
         best), a second timing alone."""
@@ -314,13 +323,19 @@ class TaskTuner:
             return again.costs if again.ok else ()
         best_input, best_library, best_cost = best
         pairs = [(candidate, library), (best_input, best_library)] * BESIDE_BEST_PAIRS
-        timed = runner.run([i for i, _ in pairs], [b for _, b in pairs])
-        costs = [c for r in timed[0::2] if r.ok for c in r.costs]
-        best_costs = [c for r in timed[1::2] if r.ok for c in r.costs]
-        if not costs or not best_costs:
-            return tuple(costs)
-        scale = best_cost / median_seconds(best_costs)
-        return tuple(c * scale for c in costs)
+        scales: list[float] = []
+        while True:
+            timed = runner.run([i for i, _ in pairs], [b for _, b in pairs])
+            costs = [c for r in timed[0::2] if r.ok for c in r.costs]
+            best_costs = [c for r in timed[1::2] if r.ok for c in r.costs]
+            if not costs or not best_costs:
+                return tuple(costs)
+            scales.append(best_cost / median_seconds(best_costs))
+            if _within(scales[-1], MAX_PAIR_DRIFT):
+                return tuple(c * scales[-1] for c in costs)
+            if len(scales) == 2:
+                agree = _within(scales[1] / scales[0], PAIR_AGREEMENT)
+                return tuple(c * scales[1] for c in costs) if agree else tuple(costs)
 
     def _account(self, states: Sequence[State], results: Sequence[MeasureResult]) -> int | None:
         """Count the round's trials; the index of the round's new best, if any."""
@@ -433,3 +448,7 @@ def apply_best(task: SearchTask, log: str | os.PathLike[str] | Iterable[MeasureR
             f"the best record for task {task.desc or task.workload_key} does not apply to "
             f"its DAG ({error}); was the log written by another Ember version?"
         ) from None
+
+
+def _within(ratio: float, factor: float) -> bool:
+    return 1 / factor <= ratio <= factor

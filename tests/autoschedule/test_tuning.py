@@ -163,6 +163,46 @@ def test_a_challenger_is_timed_beside_the_best_not_against_its_old_timing() -> N
     assert result.best_cost == pytest.approx(1e-3 * state_factor(result.best_state))
 
 
+class StallingRunner(FakeRunner):
+    """FakeRunner on which the second of a pair (a challenger's best, timed beside it)
+    reads `factors[i]` times its cost in the i-th pair, the factors in turn."""
+
+    def __init__(self, factors: tuple[float, ...]) -> None:
+        super().__init__()
+        self.factors = factors
+        self.pairs = 0
+
+    def run(self, inputs, build_results):  # type: ignore[no-untyped-def]
+        results = super().run(inputs, build_results)
+        if len(results) == 2:
+            factor = self.factors[self.pairs % len(self.factors)]
+            results[1] = MeasureResult((results[1].costs[0] * factor,))
+            self.pairs += 1
+        return results
+
+
+@pytest.mark.parametrize("factors", [(3.0, 1.0), (3.0, 1 / 3)])
+def test_a_best_timed_far_off_its_record_does_not_scale_a_challenger(
+    factors: tuple[float, float],
+) -> None:
+    # Scaled by a best that read 3x its cost (a stall), a challenger would be recorded
+    # at a third of its cost, a best nothing beats. The pair is timed again: a second
+    # timing near the record scales the challenger, one that disagrees with the first
+    # leaves its costs as timed. Either way each record holds its state's cost. (A
+    # speed change that both pairs agree on scales: the SpeedingRunner test above.)
+    task = dense_relu_task()
+    records: list[MeasureRecord] = []
+    runner = StallingRunner(factors)
+    result = tune(task, options(24, runner=runner, measure_callbacks=[records.extend]))
+    assert runner.pairs >= 2 and runner.pairs % 2 == 0
+    for record in records:
+        state = replay(task.compute_dag, record.steps)
+        assert record.median_cost == pytest.approx(1e-3 * state_factor(state))
+    assert result.best_state is not None
+    measured = [replay(task.compute_dag, r.steps) for r in records]
+    assert state_key(result.best_state) == state_key(min(measured, key=state_factor))
+
+
 def test_a_resumed_run_skips_what_the_log_measured(tmp_path: Path) -> None:
     task = dense_relu_task()
     log = tmp_path / "log.json"
