@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ember.autoschedule.measure import ArgSpec, BuildResult, MeasureInput
+from ember.autoschedule.measure import ArgSpec, BuildResult, MeasureInput, release
 from ember.autoschedule.records import ErrorKind
 from ember.autoschedule.worker import (
     START_TIMEOUT,
@@ -314,8 +314,7 @@ class LocalBuilder:
         assert isinstance(built, list)
         elapsed = time.monotonic() - start
         if elapsed > self._limit(batch):
-            for result in built:
-                release_one(result)
+            release(built)
             return None if len(batch) > 1 else [self._timeout(start)]
         # The candidates of a batch share its time.
         return [replace(result, time_cost=elapsed / len(batch)) for result in built]
@@ -333,11 +332,6 @@ def _batches(count: int, n_parallel: int) -> list[list[int]]:
     helper gets two batches or more (the last ones to finish then wait less)."""
     size = max(1, min(MAX_BATCH, count // (2 * n_parallel)))
     return [list(range(first, min(first + size, count))) for first in range(0, count, size)]
-
-
-def release_one(result: BuildResult) -> None:
-    if result.path is not None:
-        Path(result.path).unlink(missing_ok=True)
 
 
 class _Pool:
