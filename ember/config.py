@@ -48,3 +48,9 @@ def rpc_token_file() -> str | None:
     """The shared secret of the device farm (`EMBER_RPC_TOKEN_FILE`), when no
     --token-file is given; None: no token (tracker and servers on loopback only)."""
     return os.environ.get("EMBER_RPC_TOKEN_FILE") or None
+
+
+def winograd_enabled() -> bool:
+    """Whether 3x3 convs may be computed by Winograd's algorithm (`EMBER_WINOGRAD`,
+    default on; `0` keeps every conv direct, rounding as the direct sum does)."""
+    return os.environ.get("EMBER_WINOGRAD", "1").strip().lower() not in ("0", "false", "no", "off")

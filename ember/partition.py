@@ -52,6 +52,7 @@ from ember.graph.passes import (
     simplify,
 )
 from ember.graph.passes.pack_weights import pack_weights
+from ember.graph.passes.winograd import winograd
 from ember.names import c_identifier
 from ember.schedule.lower import OutputView
 from ember.target import Target
@@ -231,7 +232,11 @@ def optimize(
     result, arrays = fold_batch_norm(result, arrays)
     result, arrays = convert_layout(result, arrays, "NHWC")
     result, arrays = simplify(result, arrays)  # after convert_layout: merges its transposes
-    if target is not None:  # last: the passes before it know no packed ops
+    if target is not None:
+        # Before pack_weights, which would pack the convs this rewrites; after
+        # convert_layout, since it rewrites only channels-last convs.
+        result, arrays = winograd(result, arrays, target)
+        # Last: the passes before it know no packed ops.
         result, arrays = pack_weights(result, arrays, target)
     if result.inputs != graph.inputs or result.outputs != graph.outputs:
         raise BuildError(

@@ -71,6 +71,7 @@ from ember.device import device_model, dtype_bytes
 from ember.graph.ops.quantized import DOT_GROUP
 from ember.loop.analysis import linear_coefficients
 from ember.schedule.default_dense import schedule_matrix_product
+from ember.schedule.default_winograd import schedule_winograd_transform
 from ember.schedule.lower import expanded_reads, loop_readers
 from ember.schedule.state import Annotation, Location, Stage, State
 from ember.schedule.steps import (
@@ -131,7 +132,8 @@ def default_schedule(dag: ComputeDAG, target: Target) -> State:
         if isinstance(stage.compute_op.body, Reduce):
             state = _schedule_reduction(state, index, target)
         else:
-            state = _schedule_injective(state, index, target)
+            winograd = schedule_winograd_transform(state, index, target)
+            state = winograd or _schedule_injective(state, index, target)
     return state
 
 

@@ -33,6 +33,8 @@ BROADCAST = "broadcast"  # elementwise with size-1 (or missing) input axes broad
 INJECTIVE = "injective"  # each output element reads a few input elements
 PAD = "injective,pad"  # a padded copy of a tensor (a lazy select at the borders)
 REDUCE = "comm_reduce"  # a commutative reduction (sum, max, min, prod)
+WINOGRAD_INPUT = "injective,winograd_input"  # a Winograd conv's input transform
+WINOGRAD_OUTPUT = "injective,winograd_output"  # its output transform
 
 
 def axis_names(rank: int, prefix: str = "ax") -> list[str]:

@@ -26,6 +26,7 @@ from ember.topi import (
     reduce,
     resize,
     sparse,
+    winograd,
 )
 from ember.topi.common import Declaration
 
@@ -55,6 +56,7 @@ DECLARATIONS: dict[str, Declaration] = {
     **norm.DECLARATIONS,
     **reduce.DECLARATIONS,
     **resize.DECLARATIONS,
+    **winograd.DECLARATIONS,
 }
 
 

@@ -25,7 +25,12 @@ and only along a single-consumer chain:
   add(residual) -> relu is one group.
 
 A gather never joins the group computing its indices: they are stored, and the entry
-point checks them in range before the gather's group runs (`ember.build`).
+point checks them in range before the gather's group runs (`ember.build`). A Winograd
+input transform joins no group (`OWN_GROUP_OPS`): it reads each input element into
+several tiles' sums, so inlined after an epilogue it would compute the epilogue's
+expression (and an output transform's sums) once per read: 16 times over. A Winograd
+output transform's group takes only an elementwise epilogue, as an anchor's
+(`EPILOGUE_ONLY_OPS`): a transpose after it would read its tiles across the vectors.
 
 Beside chains, elementwise diamonds: a value `x` read by several elementwise or
 broadcast nodes whose paths meet again in one node (`x * sigmoid(x)`, GELU's
@@ -179,6 +184,8 @@ def fuse(graph: Graph, params: Mapping[str, np.ndarray]) -> FusedGraph:
         pattern = get_op(node.op).pattern
         if pattern == OpPattern.OPAQUE:
             partition.start(index, GroupKind.OPAQUE)
+        elif node.op in OWN_GROUP_OPS:
+            partition.start(index, GroupKind.INJECTIVE)
         elif pattern >= OpPattern.REDUCTION:
             prologue = [partition.node_index[name] for name in prologues.get(node.name, ())]
             partition.start(index, GroupKind.ANCHOR, prologue)
@@ -317,6 +324,11 @@ def _depends_on(value: Value, source: Value, partition: _Partition) -> bool:
     return False
 
 
+# Injective ops that start a group of their own (module docstring).
+OWN_GROUP_OPS = frozenset({"winograd_input"})
+# Injective ops whose group, like an anchor's, takes only an elementwise epilogue.
+EPILOGUE_ONLY_OPS = frozenset({"winograd_output"})
+
 # Ops reading at data-dependent indices (their second input), which the entry point
 # checks in range before the group runs (ember.build): the indices must be stored.
 _INDEXED_READS = frozenset({"gather", "gather_elements"})
@@ -432,6 +444,10 @@ class _Partition:
         if kind == GroupKind.ANCHOR and tail.op in _PADDED_ANCHORS and _is_crop(node):
             return not self._would_cycle(group, node)  # cuts the padding off, see below
         if kind == GroupKind.OPAQUE or (kind == GroupKind.ANCHOR and pattern > OpPattern.BROADCAST):
+            return False
+        if pattern > OpPattern.BROADCAST and self.graph.nodes[self.members[group][0]].op in (
+            EPILOGUE_ONLY_OPS
+        ):
             return False
         if kind == GroupKind.ANCHOR and any(out.shape != link.shape for out in node.outputs):
             return False
