@@ -50,6 +50,7 @@ from ember.graph.ops.attrs import (
 )
 from ember.graph.ops.nn import LrnAttrs
 from ember.graph.ops.sparse import SparseDenseAttrs
+from ember.graph.ops.winograd import WinogradInputAttrs, WinogradOutputAttrs
 from ember.graph.passes import convert_layout, fold_batch_norm, fuse, simplify
 from ember.graph.passes.pack_weights import pack_weights
 from ember.kernel import build_groups
@@ -308,6 +309,14 @@ CASES += [
         epilogue="last",
     ),
     case("matmul", [rand(24), rand(2, 24, 32, seed=1)], data=2),
+    # Winograd transforms: whole tiles (the tile-major schedules) with an epilogue,
+    # outputs that are not (the generic one), channels no vector divides, tiles of 4.
+    case("winograd_input", [rand(1, 8, 8, 32)], WinogradInputAttrs(2, (1, 1, 1, 1))),
+    case("winograd_input", [rand(2, 7, 5, 3)], WinogradInputAttrs(2, (1, 1, 1, 1))),
+    case("winograd_input", [rand(1, 9, 8, 8)], WinogradInputAttrs(4, (2, 0, 1, 2))),
+    case("winograd_output", [rand(16, 16, 32)], WinogradOutputAttrs(2, 8, 8), epilogue="last"),
+    case("winograd_output", [rand(16, 2 * 12, 3)], WinogradOutputAttrs(2, 7, 5)),
+    case("winograd_output", [rand(36, 4, 16)], WinogradOutputAttrs(4, 8, 8), epilogue="last"),
     # Integer convs: NCHW; packed with input channels padded to 8 and a 16-lane tile of
     # dot-product steps; int8 data made unsigned; depthwise.
     case(

@@ -1,7 +1,7 @@
 """Built-in workloads with seeded random weights, ONNX export, conformance runner."""
 
 # Imported for their side effect: they fill `to_onnx.EXPORTERS`, one entry per op.
-from ember.testing import onnx_exporters, onnx_exporters_nn  # noqa: F401
+from ember.testing import onnx_exporters, onnx_exporters_nn, onnx_exporters_winograd  # noqa: F401
 
 # The function `to_onnx` shares its name with the module `ember.testing.to_onnx`.
 # Importing it after the module has loaded makes the package attribute the function

@@ -49,6 +49,7 @@ from ember.graph.ops.attrs import (
     TransposeAttrs,
 )
 from ember.graph.ops.sparse import SparseDenseAttrs, bsr_from_dense
+from ember.graph.ops.winograd import WinogradInputAttrs, WinogradOutputAttrs
 from ember.testing import get_workload, to_onnx
 from ember.testing.oracle import assert_allclose, run_onnxruntime
 from ember.testing.to_onnx import EXPORTERS, MAX_OPSET, MIN_OPSET
@@ -314,6 +315,11 @@ def nn_cases() -> list[Case]:
                             integers(4, dtype="int32")],
              QConvAttrs((1,), (1, 1), (1,), 1, "NWC", "WIO", data_zero_point=-3),
              label="1d-int8-computed"),
+        Case("winograd_input", [normal(2, 7, 5, 3)], WinogradInputAttrs(2, (1, 1, 1, 1))),
+        Case("winograd_input", [normal(1, 9, 8, 3)], WinogradInputAttrs(4, (2, 0, 1, 2)),
+             label="f4-asymmetric"),
+        Case("winograd_output", [normal(16, 2 * 12, 3)], WinogradOutputAttrs(2, 7, 5)),
+        Case("winograd_output", [normal(36, 6, 4)], WinogradOutputAttrs(4, 9, 8), label="f4"),
         Case("matmul", [normal(2, 3, 4), normal(4, 5)]),
         Case("matmul", [normal(4), normal(2, 4, 3)], label="vector"),
         Case("softmax", [normal(2, 3, 4)], AxisAttrs(1)),

@@ -13,6 +13,7 @@ import test_topi_pool
 import test_topi_quantized
 import test_topi_reduce
 import test_topi_resize
+import test_topi_winograd
 from topi_check import random, run_check
 
 from ember.errors import EmberError, UnsupportedOperatorError
@@ -39,6 +40,7 @@ FAMILIES = (
     test_topi_quantized,
     test_topi_reduce,
     test_topi_resize,
+    test_topi_winograd,
 )
 
 
