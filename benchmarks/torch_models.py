@@ -21,6 +21,8 @@ from torch import nn
 
 # torchvision's published parameter counts, and Hugging Face's for bert-base-uncased.
 PARAMETERS = {
+    "resnet18": 11_689_512,
+    "resnet50": 25_557_032,
     "mobilenet_v2": 3_504_872,
     "efficientnet_b0": 5_288_548,
     "convnext_tiny": 28_589_128,
@@ -94,6 +96,56 @@ class EfficientNetB0(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = nn.functional.adaptive_avg_pool2d(self.features(x), 1)
         return self.classifier(torch.flatten(x, 1))
+
+
+class _Residual(nn.Module):
+    """torchvision's BasicBlock (two 3x3 convs) or Bottleneck (1x1, 3x3 with the
+    stride, 1x1 x4), with a 1x1 projection where the shape changes."""
+
+    def __init__(self, cin: int, width: int, stride: int, bottleneck: bool) -> None:
+        super().__init__()
+        cout = width * 4 if bottleneck else width
+        shapes = (
+            [(cin, width, 1, 1), (width, width, 3, stride), (width, cout, 1, 1)]
+            if bottleneck
+            else [(cin, width, 3, stride), (width, cout, 3, 1)]
+        )
+        layers: list[nn.Module] = []
+        for index, (a, b, kernel, step) in enumerate(shapes):
+            layers += [nn.Conv2d(a, b, kernel, step, kernel // 2, bias=False), nn.BatchNorm2d(b)]
+            if index < len(shapes) - 1:
+                layers.append(nn.ReLU())
+        self.body = nn.Sequential(*layers)
+        self.project = (
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            if stride != 1 or cin != cout
+            else nn.Identity()
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.project(x))
+
+
+class _ResNet(nn.Module):
+    def __init__(self, blocks: tuple[int, ...], bottleneck: bool) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [
+            nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+            nn.MaxPool2d(3, 2, 1),
+        ]  # fmt: skip
+        cin = 64
+        for stage, count in enumerate(blocks):
+            width = 64 * 2**stage
+            for index in range(count):
+                stride = 2 if stage > 0 and index == 0 else 1
+                layers.append(_Residual(cin, width, stride, bottleneck))
+                cin = width * 4 if bottleneck else width
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.adaptive_avg_pool2d(self.features(x), 1)
+        return self.fc(torch.flatten(x, 1))
 
 
 class _InvertedResidual(nn.Module):
@@ -269,6 +321,8 @@ class BertBase(nn.Module):
 
 
 MODELS = {
+    "resnet18": lambda: _ResNet((2, 2, 2, 2), bottleneck=False),
+    "resnet50": lambda: _ResNet((3, 4, 6, 3), bottleneck=True),
     "mobilenet_v2": MobileNetV2,
     "efficientnet_b0": EfficientNetB0,
     "convnext_tiny": ConvNeXtTiny,

@@ -20,11 +20,10 @@ so the conv becomes three steps, one op each:
 
 The product then does a*a / (m*m*9) of the conv's multiply-adds: 16/36 for F(2x2, 3x3),
 36/144 for F(4x4, 3x3). Bᵀ and Aᵀ hold small integers, so the two transforms are
-additions and subtractions; G has fractions, applied once to the constant weight in
-float64. The rounding differs from the direct sum's (F(2x2) adds or subtracts up to 4
-inputs per transformed element and 9 products per output: errors of a few ulps of
-the inputs' magnitude), which is why the pass does not use m = 4's larger constants
-unless asked (see `TILE_SIZES`).
+sums of a few terms; G has fractions, applied once to the constant weight in float64.
+The rounding differs from the direct sum's: F(2x2) adds or subtracts up to 4 inputs
+per transformed element and 9 products per output, F(4x4) up to 16 and 25 with
+coefficients up to 8, a few ulps of the inputs' and outputs' magnitude either way.
 """
 
 from __future__ import annotations

@@ -3,13 +3,20 @@ an input transform, a batch of matrix products with the weight transformed at bu
 time, and an output transform (`ember.graph.ops.winograd`).
 
 Why: a direct conv's default schedule runs at ~80% of the FMA peak (ONNX Runtime's
-too), so no schedule of it can go much faster; F(2x2, 3x3) needs 16 multiply-adds where
-the conv needs 36, for two transforms that are a few additions per element and move
-the data through memory twice more. Where the product's matrices are large enough to
-run near the peak and the activations outweigh the weights, the whole is faster (see
-`worth_it`); where the weights outweigh the activations (a 7x7 image of 512 channels)
-the product streams a transformed weight 16/9 the size of the conv's, and the direct
-conv stays.
+too), so no schedule of it can go much faster. F(4x4, 3x3) needs 36 multiply-adds where
+the conv needs 144, F(2x2, 3x3) 16 where it needs 36, for two transforms that are sums
+of a few terms per element and move the data through memory twice more. Two ResNet
+convs at 56x56x64, two threads (BENCHMARKS.md, issue 19 sixth session): 2.34 ms direct,
+1.41 as F(2x2), 1.10 as F(4x4); at 28x28x128 2.36, 1.21, 0.92. Each tile of the
+product's rows reads the whole transformed weight (36/9 of the conv's for F(4x4)), so
+a conv over few tiles is bound by reading it: 7x7x512 (16 tiles of 2x2) ran 3.12 ms as
+F(2x2) against 2.46 direct. `choose_tile` takes the largest tile with `MIN_TILES` tiles
+or more, else keeps the conv direct.
+
+Rounding: the transformed weight is computed in float64 and rounded once; the
+transforms add terms with coefficients up to 5 (F(4x4)), so the result differs from
+the direct sum by a few ulps of the output's scale (2e-6 relative for F(4x4) in
+`tests/graph/ops/test_winograd.py`, against ONNX Runtime's Conv).
 
 `EMBER_WINOGRAD=0` keeps every conv direct (`ember.config.winograd_enabled`).
 """
@@ -34,7 +41,9 @@ from ember.graph.ops.winograd import (
 from ember.graph.passes.rewrite import make_node
 from ember.target import Target
 
-TILE = 2
+# Tile sizes, the largest first: F(4x4, 3x3) does 36 multiply-adds per tile and
+# channel pair where the conv does 144, F(2x2, 3x3) 16 where it does 36.
+TILES = (4, 2)
 # A product's rows are the conv's output tiles, and each row tile reads the whole
 # transformed weight (16/9 of the conv's): with fewer rows than this the product is
 # bound by reading it (7x7x512: 3.12 ms as F(2x2) against 2.46 direct, two convs,
@@ -45,14 +54,14 @@ MIN_TILES = 32
 def winograd(
     graph: Graph, params: Mapping[str, np.ndarray], target: Target
 ) -> tuple[Graph, Params]:
-    """Replace the convs `worth_it` says gain by Winograd's algorithm.
+    """Replace the convs `choose_tile` picks a tile for by Winograd's algorithm.
 
     Pre: `params` holds the arrays of the graph's params.
     Post: every float32 `conv` with NHWC data, an HWIO weight that is a param,
-    a 3x3 kernel, strides and dilations 1 and one group that `worth_it` accepts is
-    `winograd_output(matmul(winograd_input(x), U))` with `U` a new param
+    a 3x3 kernel, strides and dilations 1 and one group for which `choose_tile` gives
+    a tile m is `winograd_output(matmul(winograd_input(x), U))` with `U` a new param
     `<weight>_winograd<m>` (`transform_weight`); the output keeps its value and name.
-    A weight read by several convs is transformed once; params nothing reads any more
+    A weight read by several convs is transformed once per tile; params nothing reads any more
     are dropped. Nothing changes when `EMBER_WINOGRAD=0` or the target's vectors have
     fewer than 4 float lanes.
     """
@@ -61,20 +70,21 @@ def winograd(
     names = NameSupply.for_graph(graph)
     arrays: Params = {v.name: np.asarray(params[v.name]) for v in graph.params}
     new_params = list(graph.params)
-    transformed: dict[str, Value] = {}
+    transformed: dict[tuple[str, int], Value] = {}  # (weight, tile) -> transformed
     nodes: list[Node] = []
     for node in graph.nodes:
-        if not _eligible(node, arrays) or not worth_it(node):
+        tile = choose_tile(node) if _eligible(node, arrays) else None
+        if tile is None:
             nodes.append(node)
             continue
-        weight = node.inputs[1].name
-        if weight not in transformed:
-            array = transform_weight(arrays[weight], TILE)
-            value = Value(names.fresh(f"{weight}_winograd{TILE}"), TensorType.of(array))
+        key = (node.inputs[1].name, tile)
+        if key not in transformed:
+            array = transform_weight(arrays[key[0]], tile)
+            value = Value(names.fresh(f"{key[0]}_winograd{tile}"), TensorType.of(array))
             arrays[value.name] = array
             new_params.append(value)
-            transformed[weight] = value
-        nodes.extend(_winograd_nodes(node, transformed[weight], names))
+            transformed[key] = value
+        nodes.extend(_winograd_nodes(node, transformed[key], tile, names))
     rebuilt = graph.replace(nodes=tuple(nodes), params=tuple(new_params))
     return prune_params(rebuilt, arrays)
 
@@ -97,14 +107,17 @@ def _eligible(node: Node, arrays: Mapping[str, np.ndarray]) -> bool:
     )
 
 
-def worth_it(node: Node) -> bool:
-    """Whether an eligible conv is expected to run faster as F(2x2, 3x3): enough
-    output tiles (the product's rows) to reuse each weight vector (`MIN_TILES`)."""
+def choose_tile(node: Node) -> int | None:
+    """The largest tile size over which an eligible conv has `MIN_TILES` output tiles
+    (the product's rows, which reuse each weight vector), or None: keep it direct."""
     batch, height, width, _ = node.outputs[0].shape
-    return batch * math.ceil(height / TILE) * math.ceil(width / TILE) >= MIN_TILES
+    for tile in TILES:
+        if batch * math.ceil(height / tile) * math.ceil(width / tile) >= MIN_TILES:
+            return tile
+    return None
 
 
-def _winograd_nodes(node: Node, weight: Value, names: NameSupply) -> list[Node]:
+def _winograd_nodes(node: Node, weight: Value, tile: int, names: NameSupply) -> list[Node]:
     attrs = node.attrs
     assert isinstance(attrs, ConvAttrs)
     output = node.outputs[0]
@@ -112,7 +125,7 @@ def _winograd_nodes(node: Node, weight: Value, names: NameSupply) -> list[Node]:
     transform_in = make_node(
         "winograd_input",
         [node.inputs[0]],
-        WinogradInputAttrs(TILE, (top, left, bottom, right)),
+        WinogradInputAttrs(tile, (top, left, bottom, right)),
         name=names.fresh(f"{node.name}_winograd_input"),
     )
     product = make_node(
@@ -124,7 +137,7 @@ def _winograd_nodes(node: Node, weight: Value, names: NameSupply) -> list[Node]:
     transform_out = make_node(
         "winograd_output",
         [product.outputs[0]],
-        WinogradOutputAttrs(TILE, height, width),
+        WinogradOutputAttrs(tile, height, width),
         name=node.name,
         output_names=[output.name],
     )

@@ -84,9 +84,19 @@ def test_other_convs_stay_direct(attrs: ConvAttrs, kernel: int, channels: int, s
     assert ops(winograd(graph, params, AVX512)[0]) == ["conv"]
 
 
-def test_the_tile_count_threshold() -> None:
-    """A 12x12 output is 36 tiles of 2x2 (rewritten), a 10x10 one 25 (kept direct)."""
-    assert 25 < MIN_TILES <= 36
+@pytest.mark.parametrize(("size", "tile"), [(10, None), (12, 2), (20, 2), (21, 4), (56, 4)])
+def test_the_largest_tile_with_enough_tiles(size: int, tile: int | None, check_pass) -> None:
+    """10x10 is 25 tiles of 2x2 (direct); 12x12 36 of 2x2 and 9 of 4x4; 20x20 25 of
+    4x4; 21x21 36 of 4x4 (the last partial): the largest tile with MIN_TILES or more."""
+    assert MIN_TILES == 32
+    graph, params = conv_block(size)
+    rewritten, new_params = check_pass(winograd, graph, params, AVX512, rtol=1e-4, atol=1e-5)
+    if tile is None:
+        assert ops(rewritten) == ops(graph)
+        return
+    assert set(new_params) == {"bias", f"w1_winograd{tile}", f"w2_winograd{tile}"}
+    transform = next(node for node in rewritten.nodes if node.op == "winograd_input")
+    assert transform.attrs.tile == tile
 
 
 def test_computed_weights_and_nchw_stay_direct() -> None:
