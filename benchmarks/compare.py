@@ -120,6 +120,19 @@ def _parse() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def add_alternation_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a script that compiles a model and times it alternately with
+    ONNX Runtime (`time_alternately`): threads, rounds, blocks, settling, batch size,
+    target and input shapes."""
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=20, help="alternating rounds")
+    parser.add_argument("--block", type=int, default=5, help="timed runs per round and runtime")
+    parser.add_argument("--settle-ms", type=float, default=100)
+    parser.add_argument("--batch-size", type=int, default=1, help="for built-in workloads")
+    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--input-shapes")
+
+
 def _onnx_file(model: str, args: argparse.Namespace, work: Path) -> Path:
     """`model` as an ONNX file: itself, or the built-in workload exported in NCHW."""
     from ember.testing import get_workload, list_workloads, to_onnx

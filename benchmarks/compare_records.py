@@ -22,20 +22,21 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from compare import _compile, _inputs, _onnx_file, _ort_session, time_alternately
+from compare import (
+    _compile,
+    _inputs,
+    _onnx_file,
+    _ort_session,
+    add_alternation_arguments,
+    time_alternately,
+)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
     parser.add_argument("logs", nargs="+", metavar="LOG")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=20, help="alternating rounds")
-    parser.add_argument("--block", type=int, default=5, help="timed runs per round and runtime")
-    parser.add_argument("--settle-ms", type=float, default=100)
-    parser.add_argument("--batch-size", type=int, default=1)
-    parser.add_argument("--target", default="llvm")
-    parser.add_argument("--input-shapes")
+    add_alternation_arguments(parser)
     parser.add_argument("--compilers", help="comma-separated $CC values to build each with")
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)

@@ -14,11 +14,11 @@ import numpy as np
 
 from ember.graph.ir import Node
 from ember.graph.ops.winograd import (
-    KERNEL,
     WinogradInputAttrs,
     WinogradOutputAttrs,
     input_geometry,
     tile_counts,
+    tiled_padding,
     transforms,
 )
 from ember.testing.to_onnx import Exporter, exporter
@@ -28,13 +28,11 @@ from ember.testing.to_onnx import Exporter, exporter
 def _winograd_input(export: Exporter, node: Node) -> None:
     attrs = node.attrs
     assert isinstance(attrs, WinogradInputAttrs)
-    batch, height, width, channels = node.inputs[0].shape
+    batch, _, _, channels = node.inputs[0].shape
     input_t = transforms(attrs.tile).input
     points = input_t.shape[0]
     _, _, down, across = input_geometry(node.inputs[0].shape, attrs)
-    top, left, _, _ = attrs.padding
-    bottom = down * attrs.tile + KERNEL - 1 - top - height
-    right = across * attrs.tile + KERNEL - 1 - left - width
+    top, left, bottom, right = tiled_padding(node.inputs[0].shape, attrs)
     # Filter (e = row * a + column) of each channel: Bᵀ[row] ⊗ Bᵀ[column] over the patch.
     filters = np.einsum("ea,fb->efab", input_t, input_t).reshape(points * points, 1, points, points)
     weight = export.constant(

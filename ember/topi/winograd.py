@@ -11,7 +11,9 @@ loop over channels they are loop-invariant scalars.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from ember.graph.ir import Attrs, TensorType
 from ember.graph.ops.winograd import (
@@ -20,6 +22,7 @@ from ember.graph.ops.winograd import (
     input_geometry,
     nonzero_terms,
     tile_counts,
+    tiled_padding,
     transforms,
 )
 from ember.te import Expr, Tensor, compute, equal, select
@@ -53,12 +56,22 @@ def _terms(
     ]
 
 
-def _signed_sum(products: Sequence[tuple[Expr, Expr]]) -> Expr:
-    """Σ coefficient * value."""
+def _tile_sum(
+    row: Expr,
+    column: Expr,
+    matrix: np.ndarray,
+    dtype: str,
+    read: Callable[[Expr, Expr], Expr],
+) -> Expr:
+    """Σ matrix[row, i] * matrix[column, j] * read(i, j) over the nonzero entries of
+    the two rows: one element of `matrix` applied on both sides of a tile."""
+    terms = nonzero_terms(matrix)
+    columns = _terms(column, terms, dtype)
     total: Expr | None = None
-    for coefficient, value in products:
-        term = coefficient * value
-        total = term if total is None else total + term
+    for i, row_coefficient in _terms(row, terms, dtype):
+        for j, column_coefficient in columns:
+            term = row_coefficient * column_coefficient * read(i, j)
+            total = term if total is None else total + term
     assert total is not None
     return total
 
@@ -71,20 +84,16 @@ def _winograd_input(
     dtype, tile = x.dtype, attrs.tile
     points = transforms(tile).points
     _, _, down, across = input_geometry(x.shape, attrs)
-    top, left, _, _ = attrs.padding
-    bottom = down * tile + points - tile - top - x.shape[1]
-    right = across * tile + points - tile - left - x.shape[2]
+    top, left, bottom, right = tiled_padding(x.shape, attrs)
     padded = pad_stage(x, (0, top, left, 0), (0, bottom, right, 0), typed(0, dtype), "pad_temp")
-    terms = nonzero_terms(transforms(tile).input)
 
     def element(e: Expr, p: Expr, c: Expr) -> Expr:
         n, tile_row, tile_column = p // (down * across), p % (down * across) // across, p % across
-        products = []
-        for row, row_coefficient in _terms(e // points, terms, dtype):
-            for column, column_coefficient in _terms(e % points, terms, dtype):
-                read = padded[n, tile_row * tile + row, tile_column * tile + column, c]
-                products.append((row_coefficient * column_coefficient, read))
-        return _signed_sum(products)
+
+        def read(row: Expr, column: Expr) -> Expr:
+            return padded[n, tile_row * tile + row, tile_column * tile + column, c]
+
+        return _tile_sum(e // points, e % points, transforms(tile).input, dtype, read)
 
     shape = outputs[0].shape
     return [compute(shape, element, "winograd_input", WINOGRAD_INPUT, ["eps", "p", "c"])]
@@ -98,16 +107,14 @@ def _winograd_output(
     dtype, tile = m.dtype, attrs.tile
     points = transforms(tile).points
     down, across = tile_counts(attrs.height, attrs.width, tile)
-    terms = nonzero_terms(transforms(tile).output)
 
     def element(n: Expr, h: Expr, w: Expr, k: Expr) -> Expr:
         p = (n * down + h // tile) * across + w // tile
-        products = []
-        for row, row_coefficient in _terms(h % tile, terms, dtype):
-            for column, column_coefficient in _terms(w % tile, terms, dtype):
-                read = m[row * points + column, p, k]
-                products.append((row_coefficient * column_coefficient, read))
-        return _signed_sum(products)
+
+        def read(row: Expr, column: Expr) -> Expr:
+            return m[row * points + column, p, k]
+
+        return _tile_sum(h % tile, w % tile, transforms(tile).output, dtype, read)
 
     shape = outputs[0].shape
     return [compute(shape, element, "winograd_output", WINOGRAD_OUTPUT, ["nn", "yy", "xx", "ff"])]

@@ -171,14 +171,23 @@ def _input_infer(inputs: Sequence[TensorType], attrs: WinogradInputAttrs) -> tup
     return (TensorType((points * points, x.shape[0] * down * across, x.shape[3]), x.dtype),)
 
 
+def tiled_padding(shape: Sequence[int], attrs: WinogradInputAttrs) -> tuple[int, int, int, int]:
+    """(top, left, bottom, right) padding of an NHWC input `shape` that covers its
+    whole tiles: the conv's, and more at the bottom and right where the output is not
+    whole tiles."""
+    _, _, down, across = input_geometry(shape, attrs)
+    top, left, _, _ = attrs.padding
+    bottom = down * attrs.tile + KERNEL - 1 - top - shape[1]
+    right = across * attrs.tile + KERNEL - 1 - left - shape[2]
+    return top, left, bottom, right
+
+
 def input_patches(x: np.ndarray, attrs: WinogradInputAttrs) -> np.ndarray:
     """Each tile's (m+2) x (m+2) input patch: `[N, tiles down, tiles across, a, a, C]`."""
     tile, points = attrs.tile, transforms(attrs.tile).points
     _, _, down, across = input_geometry(x.shape, attrs)
-    top, left, _, _ = attrs.padding
-    bottom = down * tile + KERNEL - 1 - top - x.shape[1]
-    right = across * tile + KERNEL - 1 - left - x.shape[2]
-    padded = np.pad(x, ((0, 0), (top, max(bottom, 0)), (left, max(right, 0)), (0, 0)))
+    top, left, bottom, right = tiled_padding(x.shape, attrs)
+    padded = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
     windows = np.lib.stride_tricks.sliding_window_view(padded, (points, points), axis=(1, 2))
     return windows[:, : down * tile : tile, : across * tile : tile].transpose(0, 1, 2, 4, 5, 3)
 
@@ -193,11 +202,16 @@ def _input_reference(inputs: Sequence[np.ndarray], attrs: WinogradInputAttrs) ->
     return (shaped.astype(x.dtype),)
 
 
-def _input_ops(inputs: Sequence[TensorType], outputs: Sequence[TensorType], attrs: Attrs) -> int:
-    # Each transformed element adds up its row's and column's nonzero terms.
-    assert isinstance(attrs, WinogradInputAttrs)
-    columns, _ = nonzero_terms(transforms(attrs.tile).input)
+def _transform_ops(matrix: np.ndarray, outputs: Sequence[TensorType]) -> int:
+    """Operations of a transform by `matrix` on each side: every output element adds
+    up its row's and column's nonzero terms."""
+    columns, _ = nonzero_terms(matrix)
     return outputs[0].size * len(columns[0]) ** 2
+
+
+def _input_ops(inputs: Sequence[TensorType], outputs: Sequence[TensorType], attrs: Attrs) -> int:
+    assert isinstance(attrs, WinogradInputAttrs)
+    return _transform_ops(transforms(attrs.tile).input, outputs)
 
 
 register_op(
@@ -251,8 +265,7 @@ def _output_reference(
 
 def _output_ops(inputs: Sequence[TensorType], outputs: Sequence[TensorType], attrs: Attrs) -> int:
     assert isinstance(attrs, WinogradOutputAttrs)
-    columns, _ = nonzero_terms(transforms(attrs.tile).output)
-    return outputs[0].size * len(columns[0]) ** 2
+    return _transform_ops(transforms(attrs.tile).output, outputs)
 
 
 register_op(
@@ -276,6 +289,7 @@ __all__ = [
     "input_patches",
     "nonzero_terms",
     "tile_counts",
+    "tiled_padding",
     "transform_weight",
     "transforms",
 ]
