@@ -33,7 +33,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from compare import _compile, _inputs, _onnx_file, _ort_session, time_alternately
+from compare import (
+    _compile,
+    _inputs,
+    _onnx_file,
+    _ort_session,
+    add_alternation_arguments,
+    time_alternately,
+)
 
 
 def _parse() -> argparse.Namespace:
@@ -41,16 +48,10 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("model", help=".onnx file or built-in workload")
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--timing", default="auto", help="ember tune --timing (auto)")
     parser.add_argument("--records", help="time this existing log instead of tuning")
     parser.add_argument("--keep", help="directory to keep the log and artifacts in")
-    parser.add_argument("--repeat", type=int, default=20, help="alternating rounds")
-    parser.add_argument("--block", type=int, default=5, help="timed runs per round and runtime")
-    parser.add_argument("--settle-ms", type=float, default=100)
-    parser.add_argument("--batch-size", type=int, default=1, help="for built-in workloads")
-    parser.add_argument("--target", default="llvm")
-    parser.add_argument("--input-shapes")
+    add_alternation_arguments(parser)
     parser.add_argument(
         "--extra", nargs=argparse.REMAINDER, default=[], help="more `ember tune` arguments"
     )
