@@ -54,6 +54,9 @@ The recipe, in the order it is applied:
    rest as loops (ResNet-50's input padding, 3 channels: fused down to single
    elements it took a quarter of the first conv's time in index divisions).
 
+A Winograd conv's input transform, and an output transform with the epilogue inlined
+into it, run tile by tile instead (`default_winograd`).
+
 Split factors of register tiles divide the extents they split (tails would put
 guards inside the unrolled loops), so odd sizes get narrower vectors or fewer rows,
 never wrong code; the exception is a matrix product over columns padded to whole

@@ -19,14 +19,12 @@ from __future__ import annotations
 import math
 
 from ember.device import device_model
+from ember.schedule.default_dense import PARALLEL_MIN_WORK
 from ember.schedule.state import Annotation, State
 from ember.schedule.steps import AnnotationStep, FuseStep, SplitStep, reorder_to
 from ember.target import Target
 from ember.te.tensor import ComputeOp
 from ember.topi.common import WINOGRAD_INPUT, WINOGRAD_OUTPUT
-
-# A loop nest with fewer element operations than this runs on one thread.
-PARALLEL_MIN_WORK = 32 * 1024
 
 
 def schedule_winograd_transform(state: State, index: int, target: Target) -> State | None:
@@ -62,7 +60,9 @@ def _split_channels(state: State, index: int, target: Target) -> tuple[State, li
     return SplitStep(index, last, (lanes,)).apply(state), [f"{name}.0", f"{name}.1"]
 
 
-def _finish(state: State, index: int, unrolled: list[str], vectorized: bool) -> State:
+def _finish(
+    state: State, index: int, unrolled: list[str], vectorized: bool, target: Target
+) -> State:
     """Unroll the `unrolled` iterators, vectorize the innermost if `vectorized`, run
     iterator 0 in parallel when there is work for more than one core."""
     stage = state.stages[index]
@@ -73,7 +73,7 @@ def _finish(state: State, index: int, unrolled: list[str], vectorized: bool) -> 
         state = AnnotationStep(index, count - 1, Annotation.VECTORIZE).apply(state)
     work = math.prod(it.extent for it in state.stages[index].iters)
     fused = state.stages[index].iters[0]
-    if work >= PARALLEL_MIN_WORK and fused.extent > 1:
+    if work >= PARALLEL_MIN_WORK and fused.extent > 1 and device_model(target).num_cores > 1:
         state = AnnotationStep(index, 0, Annotation.PARALLEL).apply(state)
     return state
 
@@ -82,7 +82,7 @@ def _schedule_input(state: State, index: int, target: Target) -> State:
     rows, tiles, _ = (it.name for it in state.stages[index].iters)
     state, channels = _split_channels(state, index, target)
     state = reorder_to(state, index, [tiles, *channels[:-1], rows, channels[-1]])
-    return _finish(state, index, [rows], len(channels) == 2)
+    return _finish(state, index, [rows], len(channels) == 2, target)
 
 
 def _output_tile(state: State, op: ComputeOp) -> int | None:
@@ -115,4 +115,4 @@ def _schedule_output(state: State, index: int, tile: int, target: Target) -> Sta
     order = [batch, f"{rows}.0", f"{columns}.0", *channels[:-1], *in_tile, channels[-1]]
     state = reorder_to(state, index, order)
     state = FuseStep(index, (0, 1, 2)).apply(state)
-    return _finish(state, index, in_tile, len(channels) == 2)
+    return _finish(state, index, in_tile, len(channels) == 2, target)
