@@ -37,7 +37,8 @@ from ember.autoschedule.sketch_rules import (
     vector_widths,
 )
 from ember.autoschedule.task import SearchTask
-from ember.schedule.default import PARALLEL_CHUNKS_PER_CORE, PARALLEL_MIN_WORK
+from ember.schedule.default import PARALLEL_CHUNKS_PER_CORE
+from ember.schedule.default_dense import PARALLEL_MIN_WORK
 from ember.schedule.state import (
     Annotation,
     IteratorKind,

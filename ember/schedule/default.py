@@ -73,7 +73,11 @@ from dataclasses import dataclass
 from ember.device import device_model, dtype_bytes
 from ember.graph.ops.quantized import DOT_GROUP
 from ember.loop.analysis import linear_coefficients
-from ember.schedule.default_dense import schedule_matrix_product
+from ember.schedule.default_dense import (
+    lanes_dividing,
+    parallelize_outer,
+    schedule_matrix_product,
+)
 from ember.schedule.default_winograd import schedule_winograd_transform
 from ember.schedule.lower import expanded_reads, loop_readers
 from ember.schedule.state import Annotation, Location, Stage, State
@@ -93,9 +97,6 @@ from ember.te.expr import Binary, BinaryOp, Call, Const, Expr, Reduce, Select, T
 from ember.te.tensor import ComputeOp, Tensor
 from ember.te.visit import free_vars, map_expr, walk
 
-# A loop nest with fewer element operations than this runs on one thread: forking
-# OpenMP threads costs a few microseconds, more than such a nest takes.
-PARALLEL_MIN_WORK = 32 * 1024
 # Chunks of a parallel loop per core, enough to balance the load between cores.
 PARALLEL_CHUNKS_PER_CORE = 8
 # Most output rows one register tile holds (14 pixels x 2 vectors of 16 channels fill
@@ -260,16 +261,6 @@ def vector_lanes(state: State, index: int, vector_bytes: int) -> int:
     dtypes = {state.stages[index].tensor.dtype}
     dtypes |= {read.tensor.dtype for read in expanded_reads(state, index)}
     return max(1, min(vector_bytes // dtype_bytes(d) for d in dtypes))
-
-
-def _lanes_dividing(extent: int, lanes: int) -> int:
-    """The widest power-of-two vector (at least 4 lanes) that divides `extent`, else 1."""
-    width = lanes
-    while width >= 4:
-        if extent % width == 0:
-            return width
-        width //= 2
-    return 1
 
 
 def _anchor_of(state: State, output: Tensor) -> Tensor | None:
@@ -638,7 +629,7 @@ def _schedule_reduction(state: State, index: int, target: Target) -> State:
     lanes = 1
     reads, width = expanded_reads(state, index), _vector_lanes(state, index, target)
     if contiguous_in(reads, last.var):
-        lanes = _lanes_dividing(last.extent, width)
+        lanes = lanes_dividing(last.extent, width)
     innermost = op.reduce_axes[-1] if op.reduce_axes else None
     if (
         lanes == 1
@@ -698,7 +689,7 @@ def _schedule_injective(state: State, index: int, target: Target) -> State:
         return state
     last = len(stage.iters) - 1
     width, extent = _vector_lanes(state, index, target), stage.iters[last].extent
-    lanes = _lanes_dividing(extent, width)
+    lanes = lanes_dividing(extent, width)
     if lanes == 1 and width >= 4 and extent >= 2 * width:
         innermost = stage.compute_op.axes[-1].var
         if contiguous_in(expanded_reads(state, index), innermost):
@@ -719,10 +710,7 @@ def _parallelize(state: State, index: int, outer: int, work: int, target: Target
     parallel when the nest's `work` is enough for more than one core."""
     if outer > 1:
         state = FuseStep(index, tuple(range(outer))).apply(state)
-    fused = state.stages[index].iters[0]
-    if work >= PARALLEL_MIN_WORK and fused.extent > 1 and device_model(target).num_cores > 1:
-        state = AnnotationStep(index, 0, Annotation.PARALLEL).apply(state)
-    return state
+    return parallelize_outer(state, index, work, target)
 
 
 # -- step helpers --------------------------------------------------------------------

@@ -97,7 +97,7 @@ def schedule_matrix_product(
     out = _index_of(state, output)
     work = math.prod(it.extent for it in state.stages[local].iters)
     state = _tile_output(state, out, rows_axis, rows, vectors, lanes)
-    state = _parallelize(state, out, work, target)
+    state = parallelize_outer(state, out, work, target)
     state = ComputeAtStep(local, out, 0).apply(state)
     return _tile_accumulators(state, local, rows_axis if rows > 1 else None, lanes)
 
@@ -120,10 +120,18 @@ def _lanes(op: ComputeOp, target: Target) -> int:
         isinstance(right.indices[-1], Var) and right.indices[-1] == last
     ):
         return 1
-    lanes = widest
-    while lanes >= 4 and op.axes[-1].extent % lanes:
-        lanes //= 2
-    return lanes if lanes >= 4 else 1
+    return lanes_dividing(op.axes[-1].extent, widest)
+
+
+def lanes_dividing(extent: int, lanes: int) -> int:
+    """The widest power-of-two vector (at least 4 lanes, at most `lanes`) that divides
+    `extent`, else 1."""
+    width = lanes
+    while width >= 4:
+        if extent % width == 0:
+            return width
+        width //= 2
+    return 1
 
 
 def _tile(rows_extent: int, blocks: int, registers: int) -> tuple[int, int]:
@@ -192,8 +200,8 @@ def _annotate_tile(state: State, index: int, first: int) -> State:
     return state
 
 
-def _parallelize(state: State, index: int, work: int, target: Target) -> State:
-    """Run the fused outer loop in parallel when the nest has `work` for the cores."""
+def parallelize_outer(state: State, index: int, work: int, target: Target) -> State:
+    """Run the (fused) outer loop in parallel when the nest has `work` for the cores."""
     fused = state.stages[index].iters[0]
     cores = device_model(target).num_cores
     if work >= PARALLEL_MIN_WORK and fused.extent > 1 and cores > 1:

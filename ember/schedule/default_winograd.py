@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from ember.device import device_model
-from ember.schedule.default_dense import PARALLEL_MIN_WORK
+from ember.schedule.default_dense import lanes_dividing, parallelize_outer
 from ember.schedule.state import Annotation, State
 from ember.schedule.steps import AnnotationStep, FuseStep, SplitStep, reorder_to
 from ember.target import Target
@@ -40,21 +40,14 @@ def schedule_winograd_transform(state: State, index: int, target: Target) -> Sta
     return _schedule_output(state, index, tile, target)
 
 
-def _lanes(extent: int, target: Target, dtype: str) -> int:
-    """The widest vector of the target's that divides `extent` (1 if under 4)."""
-    lanes = device_model(target).lanes(dtype)
-    while lanes >= 4 and extent % lanes:
-        lanes //= 2
-    return lanes if lanes >= 4 else 1
-
-
 def _split_channels(state: State, index: int, target: Target) -> tuple[State, list[str]]:
     """Split the innermost (channel) axis into vectors of the target's lanes; the
     names of the channel loops, outermost first."""
     stage = state.stages[index]
     last = len(stage.iters) - 1
     name = stage.iters[last].name
-    lanes = _lanes(stage.iters[last].extent, target, stage.compute_op.body.dtype)
+    widest = device_model(target).lanes(stage.compute_op.body.dtype)
+    lanes = lanes_dividing(stage.iters[last].extent, widest)
     if lanes == 1:
         return state, [name]
     return SplitStep(index, last, (lanes,)).apply(state), [f"{name}.0", f"{name}.1"]
@@ -72,10 +65,7 @@ def _finish(
     if vectorized:
         state = AnnotationStep(index, count - 1, Annotation.VECTORIZE).apply(state)
     work = math.prod(it.extent for it in state.stages[index].iters)
-    fused = state.stages[index].iters[0]
-    if work >= PARALLEL_MIN_WORK and fused.extent > 1 and device_model(target).num_cores > 1:
-        state = AnnotationStep(index, 0, Annotation.PARALLEL).apply(state)
-    return state
+    return parallelize_outer(state, index, work, target)
 
 
 def _schedule_input(state: State, index: int, target: Target) -> State:

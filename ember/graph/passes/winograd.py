@@ -34,6 +34,7 @@ from ember.graph.ir import Graph, NameSupply, Node, Params, TensorType, Value, p
 from ember.graph.ops.attrs import ConvAttrs
 from ember.graph.ops.winograd import (
     KERNEL,
+    TILE_SIZES,
     WinogradInputAttrs,
     WinogradOutputAttrs,
     transform_weight,
@@ -43,7 +44,7 @@ from ember.target import Target
 
 # Tile sizes, the largest first: F(4x4, 3x3) does 36 multiply-adds per tile and
 # channel pair where the conv does 144, F(2x2, 3x3) 16 where it does 36.
-TILES = (4, 2)
+TILES = tuple(sorted(TILE_SIZES, reverse=True))
 # A product's rows are the conv's output tiles, and each row tile reads the whole
 # transformed weight (16/9 of the conv's): with fewer rows than this the product is
 # bound by reading it (7x7x512: 3.12 ms as F(2x2) against 2.46 direct, two convs,
