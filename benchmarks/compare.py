@@ -192,6 +192,17 @@ def _inputs(specs) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
     return arrays
 
 
+def fed_beside_ort(modules, onnx_path: Path, threads: int):  # type: ignore[no-untyped-def]
+    """An ONNX Runtime session of `onnx_path` and one seeded feed, set as every
+    module's inputs: the same input for every runtime of an alternation."""
+    session = _ort_session(onnx_path, threads)
+    feed = _inputs(modules[0].inputs)
+    for module in modules:
+        for name, array in feed.items():
+            module.set_input(name, array)
+    return session, feed
+
+
 def _settle(run: Callable[[], object], settle_ms: float) -> None:
     """Run untimed for `settle_ms` (at least twice): the other runtime's threads stop
     spinning (ORT's keep spinning ~50 ms after a run and slow OpenMP kernels 2-3x
@@ -244,10 +255,7 @@ def compare(model: str, args: argparse.Namespace, work: Path) -> tuple[Result, P
         cold = _compile(onnx_path, artifact, args, cache)
         warm = _compile(onnx_path, artifact, args, cache)
     module = load(artifact)
-    session = _ort_session(onnx_path, args.threads)
-    feed = _inputs(module.inputs)
-    for name, array in feed.items():
-        module.set_input(name, array)
+    session, feed = fed_beside_ort([module], onnx_path, args.threads)
     ember_ms, ort_ms = _time_alternately(module, session, feed, args)
     busy = None
     if args.contended:

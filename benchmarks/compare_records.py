@@ -24,10 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from compare import (
     _compile,
-    _inputs,
     _onnx_file,
-    _ort_session,
     add_alternation_arguments,
+    fed_beside_ort,
     time_alternately,
 )
 
@@ -62,11 +61,7 @@ def main() -> None:
                 os.environ["CC"] = cc
             _compile(onnx_path, artifact, options, None)
             modules.append(load(artifact))
-        session = _ort_session(onnx_path, args.threads)
-        feed = _inputs(modules[0].inputs)
-        for module in modules:
-            for name, array in feed.items():
-                module.set_input(name, array)
+        session, feed = fed_beside_ort(modules, onnx_path, args.threads)
         runners = [module.run for module in modules] + [lambda: session.run(None, feed)]
         *ember_ms, ort_ms = time_alternately(runners, args)
     for name, ms in zip(names, ember_ms, strict=True):

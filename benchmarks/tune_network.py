@@ -35,10 +35,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from compare import (
     _compile,
-    _inputs,
     _onnx_file,
-    _ort_session,
     add_alternation_arguments,
+    fed_beside_ort,
     time_alternately,
 )
 
@@ -115,11 +114,7 @@ def main() -> None:
         compile_args.tuning_records = None
         _compile(onnx_path, untuned, compile_args, None)
         modules = [load(tuned), load(untuned)]
-        session = _ort_session(onnx_path, args.threads)
-        feed = _inputs(modules[0].inputs)
-        for module in modules:
-            for input_name, array in feed.items():
-                module.set_input(input_name, array)
+        session, feed = fed_beside_ort(modules, onnx_path, args.threads)
         runners = [modules[0].run, modules[1].run, lambda: session.run(None, feed)]
         tuned_ms, untuned_ms, ort_ms = time_alternately(runners, args)
         theirs = session.run(None, feed)

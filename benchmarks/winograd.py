@@ -24,10 +24,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from compare import (
     _compile,
-    _inputs,
     _onnx_file,
-    _ort_session,
     add_alternation_arguments,
+    fed_beside_ort,
     time_alternately,
 )
 
@@ -56,11 +55,7 @@ def main() -> None:
                 _compile(onnx_path, artifact, options, None)
                 modules.append(load(artifact))
             os.environ.pop("EMBER_WINOGRAD")
-            session = _ort_session(onnx_path, args.threads)
-            feed = _inputs(modules[0].inputs)
-            for module in modules:
-                for name, array in feed.items():
-                    module.set_input(name, array)
+            session, feed = fed_beside_ort(modules, onnx_path, args.threads)
             want = session.run(None, feed)[0]
             diffs = []
             for module in modules:
