@@ -298,14 +298,14 @@ def test_ctrl_c_stops_cleanly_with_the_log_intact(tmp_path: Path) -> None:
     ("options", "timing", "settings"),
     [
         ([], Timing.COLD_WEIGHTS, (1, 10, 0.0)),  # auto: until calibration chooses
-        (["--timing", "warm"], Timing.WARM, (3, 1, 100.0)),
+        (["--timing", "warm"], Timing.WARM, (1, 5, 5.0)),
         (["--timing", "cold-weights"], Timing.COLD_WEIGHTS, (1, 10, 0.0)),
         (["--timing", "cold"], Timing.COLD, (1, 10, 0.0)),
         (["--cpu-cache-flush"], Timing.COLD, (1, 10, 0.0)),
-        (["--cpu-cache-flush", "--no-cpu-cache-flush"], Timing.WARM, (3, 1, 100.0)),
+        (["--cpu-cache-flush", "--no-cpu-cache-flush"], Timing.WARM, (1, 5, 5.0)),
         (["--timing", "cold-weights", "--number", "2"], Timing.COLD_WEIGHTS, (2, 10, 0.0)),
         (["--min-repeat-ms", "5", "--repeat", "4"], Timing.COLD_WEIGHTS, (1, 4, 5.0)),
-        (["--timing", "warm", "--repeat", "4"], Timing.WARM, (3, 4, 100.0)),
+        (["--timing", "warm", "--repeat", "4"], Timing.WARM, (1, 4, 5.0)),
     ],
 )
 def test_timing_options_and_their_defaults(

@@ -58,7 +58,8 @@ TIMING_PREFERENCE = (Timing.COLD_WEIGHTS, Timing.WARM, Timing.COLD)
 # cold-weights' 11.5%, but the schedules tuned warm for the weight-heavy last layers ran
 # 16-28% slower in the network than their ratio predicted (their weights stream from
 # memory there, not from the caches warm timing leaves them in), and warm timing's runs
-# grown to 100 ms took 340 s of a 678 s run, where cold-weights' take ~25 s.
+# grown to 100 ms took 340 s of a 678 s run, where cold-weights' take ~25 s (warm
+# timing is now 5 repeats of 5 ms: ~45 ms a candidate).
 PREFERENCE_MARGIN = 0.3
 # Past this error even for the chosen timing, the lone times do not describe the
 # network: on a quiet machine the best was 5-12% (ResNet-18); with both cores of a

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
@@ -70,16 +70,23 @@ class Timing(Enum):
 
     @property
     def default_settings(self) -> tuple[int, int, float]:
-        """A runner's (number, repeat, min_repeat_ms) for this timing: warm, runs grown
-        to 100 ms; cold, 10 single calls, each timed after its eviction."""
-        return (3, 1, 100.0) if self is Timing.WARM else (1, 10, 0.0)
+        """A runner's (number, repeat, min_repeat_ms) for this timing: warm, the median
+        of 5 repeats, each grown to 5 ms; cold, 10 single calls, each timed after its
+        eviction."""
+        # Warm was one 100 ms repeat (TVM's LocalRunner defaults, still LocalRunner's),
+        # 112-117 ms a candidate: ~40% of a 2,000-trial run. Five 5 ms repeats take
+        # 45 ms and agree with themselves from one pass to the next as well
+        # (BENCHMARKS.md, issue 19, seventh session).
+        return (1, 5, 5.0) if self is Timing.WARM else (1, 10, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
 class BuildResult:
     """A compiled candidate (`path` to its shared library, the packed entry `symbol`,
     its arguments) or why there is none (`error`, `message`). `time_cost`: seconds the
-    build took."""
+    build took. `code_key`: a digest of its generated source (empty where none was
+    rendered); `duplicate`: not compiled, because that code was known or came earlier
+    in the batch (`ember.autoschedule.builder`): its measurement is that code's."""
 
     path: str | None
     symbol: str
@@ -87,6 +94,8 @@ class BuildResult:
     error: ErrorKind = ErrorKind.NONE
     message: str = ""
     time_cost: float = 0.0
+    code_key: str = ""
+    duplicate: bool = False
 
     @property
     def ok(self) -> bool:
@@ -117,7 +126,13 @@ class MeasureResult:
 class Builder(Protocol):
     """Compiles candidates; a bad candidate becomes an error result, never an exception."""
 
-    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]: ...
+    def build(
+        self, inputs: Sequence[MeasureInput], known_code: Collection[str] | None = None
+    ) -> list[BuildResult]:
+        """One result per input. Given `known_code`, a candidate whose code (its
+        `code_key`) is in it, or repeats an earlier candidate's, may come back a
+        `duplicate` instead of compiled."""
+        ...
 
 
 class Runner(Protocol):

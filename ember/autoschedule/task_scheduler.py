@@ -456,6 +456,7 @@ class TaskScheduler:
             stats.run += tuner.stats.run
             stats.check += tuner.stats.check
             stats.trials += tuner.stats.trials
+            stats.same_code += tuner.stats.same_code
             stats.errors.update(tuner.stats.errors)
         return SchedulerResult(
             tuple(self.tasks),

@@ -55,7 +55,7 @@ from ember.schedule.steps import replay
 
 MeasureCallback = Callable[[Sequence[MeasureRecord]], None]
 # A challenger of a task's best and the best, timed in turn this many times each (each
-# timing of a warm run lasts 100 ms: two pairs made checking new bests 25% of a run).
+# warm timing lasted 100 ms when two pairs made checking new bests 25% of a run).
 BESIDE_BEST_PAIRS = 1
 # A best timed beside a challenger this many times faster or slower than its record
 # may have been disturbed (a stall), not drifted: scaling the challenger by such a
@@ -126,6 +126,9 @@ class TuningStats:
     run: float = 0.0
     check: float = 0.0
     trials: int = 0
+    # Trials whose code was that of a candidate measured before: not compiled or
+    # run, that measurement reused.
+    same_code: int = 0
     errors: Counter[ErrorKind] = field(default_factory=Counter)
 
     @property
@@ -177,6 +180,9 @@ class TaskTuner:
         self.trials = 0
         self.trials_since_improvement = 0
         self.stats = TuningStats()
+        # This run's successful measurements by code (`BuildResult.code_key`): a
+        # candidate rendering the same code is neither compiled nor run again.
+        self._code_results: dict[str, MeasureResult] = {}
 
     def load(self, records: Iterable[MeasureRecord]) -> int:
         """Take the task's records from an earlier run: those states are not measured
@@ -219,16 +225,23 @@ class TaskTuner:
             return []
         inputs = [MeasureInput(self.task, state) for state in states]
         started = time.perf_counter()
-        built = builder.build(inputs)
+        built = builder.build(inputs, self._code_results.keys())
         self.stats.build += time.perf_counter() - started
         kept: int | None = None
         try:
+            fresh, same = self._same_code(built)
             started = time.perf_counter()
-            results = runner.run(inputs, built)
+            fresh_inputs = [inputs[i] for i in fresh]
+            fresh_built = [built[i] for i in fresh]
+            fresh_results = runner.run(fresh_inputs, fresh_built)
             self.stats.run += time.perf_counter() - started
             started = time.perf_counter()
-            results = self._check_new_best(inputs, built, results, builder, runner)
+            fresh_results = self._check_new_best(
+                fresh_inputs, fresh_built, fresh_results, builder, runner
+            )
             self.stats.check += time.perf_counter() - started
+            by_index = dict(zip(fresh, fresh_results, strict=True))
+            results = self._with_same_code(built, by_index, same)
             kept = self._account(states, results)
         finally:
             release([b for index, b in enumerate(built) if index != kept])
@@ -243,6 +256,50 @@ class TaskTuner:
         self.cost_model.update(inputs, results)
         self.stats.search += time.perf_counter() - started
         return records
+
+    def _same_code(self, built: Sequence[BuildResult]) -> tuple[list[int], dict[int, int | str]]:
+        """Which candidates to run (their indices), and for the others whose
+        measurement stands for theirs: an earlier candidate of the round with the same
+        code (its index), or that code's measurement from an earlier round (its key)."""
+        fresh: list[int] = []
+        same: dict[int, int | str] = {}
+        first: dict[str, int] = {}  # code key -> the round's first candidate with it
+        for index, result in enumerate(built):
+            key = result.code_key
+            if key and key in first:
+                same[index] = first[key]
+            elif key and (result.duplicate or key in self._code_results):
+                same[index] = key
+            else:
+                fresh.append(index)
+                if key:
+                    first[key] = index
+        return fresh, same
+
+    def _with_same_code(
+        self,
+        built: Sequence[BuildResult],
+        fresh: dict[int, MeasureResult],
+        same: dict[int, int | str],
+    ) -> list[MeasureResult]:
+        """Every candidate's result, in order: the run ones' own, the others' that of
+        their code; the successful run ones remembered by code."""
+        for index, result in fresh.items():
+            if result.ok and built[index].code_key:
+                self._code_results.setdefault(built[index].code_key, result)
+        results = []
+        for index, build in enumerate(built):
+            if index in fresh:
+                results.append(fresh[index])
+                continue
+            origin = same[index]
+            earlier = fresh[origin] if isinstance(origin, int) else self._code_results.get(origin)
+            self.stats.same_code += 1
+            if earlier is None:  # the builder knew code this tuner never measured
+                message = "the builder took its code for one measured before, but it was not"
+                earlier = MeasureResult((), ErrorKind.RUNTIME, message)
+            results.append(replace(earlier, all_cost=build.time_cost, timestamp=time.time()))
+        return results
 
     def _check_new_best(
         self,

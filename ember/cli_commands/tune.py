@@ -94,8 +94,8 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def _measure_defaults(args: argparse.Namespace) -> None:
     """--number, --repeat and --min-repeat-ms not given: the timing's defaults (warm
-    repeats runs for 100 ms; cold timings measure 10 single runs, each after its
-    eviction). With --timing auto, they are filled in once calibration chose."""
+    takes the median of 5 repeats of 5 ms; cold timings measure 10 single runs, each
+    after its eviction). With --timing auto, they are filled in once calibration chose."""
     if args.timing == AUTO_TIMING:
         return
     number, repeat, min_repeat_ms = Timing(args.timing).default_settings
@@ -147,6 +147,11 @@ def describe_result(result: SchedulerResult, args: argparse.Namespace, new: int)
         f"{result.elapsed:.1f} s: search {stats.search:.1f} s, build {stats.build:.1f} s, "
         f"run {stats.run + stats.check:.1f} s (checking new bests {stats.check:.1f} s)"
     ]
+    if stats.same_code:
+        lines.append(
+            f"  {stats.same_code} trials generated the code of a candidate measured before "
+            "(its time reused, not compiled or run again)"
+        )
     if stats.errors:
         errors = ", ".join(
             f"{kind.value} {count}"
@@ -612,12 +617,12 @@ def _add_measure_arguments(parser: argparse.ArgumentParser) -> None:
         const=Timing.WARM.value,
         help=argparse.SUPPRESS,
     )
-    add("--number", type=int, help="runs per timed repeat (3 with warm timing, else 1)")
-    add("--repeat", type=int, help="timed repeats per candidate (1 with warm timing, else 10)")
+    add("--number", type=int, help="runs per timed repeat (1; raised to last --min-repeat-ms)")
+    add("--repeat", type=int, help="timed repeats per candidate (5 with warm timing, else 10)")
     add(
         "--min-repeat-ms",
         type=float,
-        help="a repeat runs at least this long, raising --number (100 ms with warm timing, else 0)",
+        help="a repeat runs at least this long, raising --number (5 ms with warm timing, else 0)",
     )
     add("--parallel", type=int, help="builder processes (default: one per CPU)")
     add_rpc_arguments(parser)

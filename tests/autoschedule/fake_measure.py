@@ -5,7 +5,7 @@ what the loop does with them can be asserted exactly."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from ember import te
 from ember.autoschedule import ErrorKind, SearchTask
@@ -44,7 +44,9 @@ class FakeBuilder:
     def keys(self) -> list[str]:
         return [key for _, key in self.built]
 
-    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+    def build(
+        self, inputs: Sequence[MeasureInput], known_code: Collection[str] | None = None
+    ) -> list[BuildResult]:
         self.built += [(i.task.desc, state_key(i.state)) for i in inputs]
         return [BuildResult("/nonexistent/candidate.so", "k_packed", ()) for _ in inputs]
 

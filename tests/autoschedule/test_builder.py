@@ -149,6 +149,28 @@ def test_a_batch_compiles_together_and_each_candidate_is_its_own(
         assert list(builder.directory.iterdir()) == []
 
 
+def test_given_known_code_a_repeated_candidate_is_not_compiled_again(
+    tasks: dict[str, SearchTask],
+) -> None:
+    """Each result carries a digest of its code, equal for equal code. Given the known
+    code, a candidate whose code is known or repeats an earlier one of its batch comes
+    back a duplicate, without a library; without it, every candidate is compiled."""
+    conv, pool, softmax = (default_input(tasks[name]) for name in ("conv", "pool", "softmax"))
+    with LocalBuilder(n_parallel=1) as builder:
+        (known,) = builder.build([pool])
+        plain = builder.build([conv, conv, pool, softmax])
+        assert all(result.ok for result in plain)
+        keys = [result.code_key for result in plain]
+        assert keys[0] == keys[1] and keys[2] == known.code_key and len(set(keys)) == 3
+        # Batches of two: [conv, conv], [pool, softmax].
+        deduplicated = builder.build([conv, conv, pool, softmax], {known.code_key})
+        assert [r.duplicate for r in deduplicated] == [False, True, True, False]
+        assert [r.code_key for r in deduplicated] == keys
+        assert [r.path is None for r in deduplicated] == [False, True, True, False]
+        assert deduplicated[0].ok and deduplicated[3].ok
+        release([known, *plain, *deduplicated])
+
+
 def test_a_batch_the_compiler_rejects_is_built_one_by_one(
     tasks: dict[str, SearchTask], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

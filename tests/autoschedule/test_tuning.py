@@ -11,7 +11,7 @@ import pytest
 from fake_measure import SMALL_SEARCH, FakeBuilder, FakeRunner, dense_relu_task, state_factor
 
 from ember.autoschedule import ErrorKind, RecordToFile, SearchTask, load_records
-from ember.autoschedule.measure import MeasureResult, Timing
+from ember.autoschedule.measure import BuildResult, MeasureResult, Timing
 from ember.autoschedule.records import MeasureRecord, state_key
 from ember.autoschedule.runner import LocalRunner
 from ember.autoschedule.tuning import (
@@ -282,3 +282,60 @@ def test_bad_options_and_missing_records_are_explained(tmp_path: Path) -> None:
     task = dense_relu_task()
     with pytest.raises(TuningError, match="has no valid record for task dense_relu"):
         apply_best(task, [])
+
+
+class SameCodeBuilder(FakeBuilder):
+    """Renders every state to one of three "codes" (by its state's hash), as a
+    LocalBuilder given known code does: code known, or already in the call, comes back
+    a duplicate, uncompiled. Remembers the known code of each call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.known: list[set[str]] = []
+
+    def build(self, inputs, known_code=None):  # type: ignore[no-untyped-def]
+        assert known_code is not None, "the tuner passes the code it measured"
+        self.known.append(set(known_code))
+        seen = set(known_code)
+        results = []
+        for measure_input in inputs:
+            key = f"code{int(state_factor(measure_input.state) * 3) % 3}"
+            results.append(
+                BuildResult(None, "", (), code_key=key, duplicate=True)
+                if key in seen
+                else BuildResult("/nonexistent/candidate.so", "k_packed", (), code_key=key)
+            )
+            seen.add(key)
+        return results
+
+
+class RecordingRunner(FakeRunner):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran: list[str] = []
+
+    def run(self, inputs, build_results):  # type: ignore[no-untyped-def]
+        assert all(b.path is not None for b in build_results), "a duplicate was run"
+        self.ran += [b.code_key for b in build_results]
+        return [MeasureResult((1e-3 * int(b.code_key[-1]) + 1e-3,)) for b in build_results]
+
+
+def test_a_candidate_with_the_code_of_a_measured_one_is_not_run_and_takes_its_time() -> None:
+    """Different states that render the same code: the first of each code is run, the
+    others take its time (their records say so) without being run; the next round's
+    build is told the code measured so far."""
+    task = dense_relu_task()
+    tuner = TaskTuner(task, search_params=SMALL_SEARCH, seed=1)
+    builder, runner = SameCodeBuilder(), RecordingRunner()
+    records = tuner.round(8, builder, runner, [])
+    assert len(records) == 8 and tuner.trials == 8
+    codes = [f"code{int(state_factor(replay(task.compute_dag, r.steps)) * 3) % 3}" for r in records]
+    # Each code ran (a new best also runs again beside the best); no duplicate did.
+    assert set(runner.ran) == set(codes) and len(set(codes)) < 8
+    for code, record in zip(codes, records, strict=True):
+        assert record.median_cost == pytest.approx(1e-3 * int(code[-1]) + 1e-3)
+    assert tuner.stats.same_code == 8 - len(set(codes))
+    first_round = len(runner.ran)
+    tuner.round(8, builder, runner, [])
+    assert builder.known == [set(), set(codes)]
+    assert set(runner.ran[first_round:]).isdisjoint(codes)

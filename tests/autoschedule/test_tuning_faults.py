@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from ember.autoschedule import ErrorKind, load_records
@@ -91,7 +91,9 @@ def test_a_killed_run_leaves_a_log_the_next_run_resumes_from(tmp_path: Path) -> 
         def __init__(self) -> None:
             self.keys: list[str] = []
 
-        def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        def build(
+            self, inputs: Sequence[MeasureInput], known_code: Collection[str] | None = None
+        ) -> list[BuildResult]:
             self.keys += [state_key(i.state) for i in inputs]
             return [BuildResult("/nonexistent.so", "k_packed", ()) for _ in inputs]
 
@@ -146,8 +148,10 @@ def test_crashing_and_hanging_candidates_do_not_stop_the_run(tmp_path: Path) -> 
             self.inner = LocalBuilder(n_parallel=1)
             self.rounds = 0
 
-        def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
-            results = self.inner.build(inputs)
+        def build(
+            self, inputs: Sequence[MeasureInput], known_code: Collection[str] | None = None
+        ) -> list[BuildResult]:
+            results = self.inner.build(inputs, known_code)
             self.rounds += 1
             if self.rounds == 1:
                 for index, symbol in ((0, "crash_packed"), (1, "hang_packed")):
