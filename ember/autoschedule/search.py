@@ -14,7 +14,9 @@ except an epsilon share drawn at random from the fresh population, so that a wro
 model cannot starve parts of the space; a task's first round measures its seeds and a
 random sample (`first_round_model`), unless the cost model is pretrained. States are
 identified by their step list (what a record stores), so a state loaded from a log is
-never measured again.
+never measured again, and by the program they lower to (`program_key`): a state whose
+program was measured, or is already in the batch, is passed over, since it would only
+measure that program again.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import numpy as np
 from ember.autoschedule.annotate import sample_initial_population
 from ember.autoschedule.cost_model import CostModel
 from ember.autoschedule.mutate import mutate
+from ember.autoschedule.program import program_key
 from ember.autoschedule.records import state_key
 from ember.autoschedule.sketch import Sketch, generate_sketches
 from ember.autoschedule.task import SearchTask
@@ -78,6 +81,8 @@ class EvolutionarySearch:
         if not self.sketches:
             raise SearchError(f"no sketch for task {task.desc or task.workload_key}")
         self.measured: set[str] = set()
+        self.measured_programs: set[str] = set()
+        self._programs: dict[str, str | None] = {}  # state key -> program key
         # (cost, tie-breaker, state) of valid measurements, fastest first when sorted.
         self._measured_costs: list[tuple[float, int, State]] = []
         # Seeds (the default schedule, a loaded best) join the first population.
@@ -89,6 +94,9 @@ class EvolutionarySearch:
         """Mark states as measured, with their mean cost (inf for an error)."""
         for state, cost in zip(states, costs, strict=True):
             self.measured.add(state_key(state))
+            program = self._program(state)
+            if program is not None:
+                self.measured_programs.add(program)
             if math.isfinite(cost):
                 self._measured_costs.append((cost, len(self._measured_costs), state))
 
@@ -110,8 +118,8 @@ class EvolutionarySearch:
         )
         # Seeds are measured first, whatever the model thinks: the default schedule
         # is the speed a tuned build must never fall below.
-        seeds, self._seeds = self._take(self._seeds, count, set()), []
-        chosen = {state_key(s) for s in seeds}
+        chosen: set[str] = set()  # state and program keys of the batch
+        seeds, self._seeds = self._take(self._seeds, count, chosen), []
         population = self._unique([*seeds, *self.best_measured(self.params.elite_measured), *fresh])
         # A pretrained model (XGBModel.set_base) knows other tasks' measurements: it
         # picks the first round too, the point of warm-starting.
@@ -167,15 +175,30 @@ class EvolutionarySearch:
         return min(int(index), len(weights) - 1)
 
     def _take(self, states: Sequence[State], count: int, chosen: set[str]) -> list[State]:
+        """Up to `count` of `states`, in order, whose step list and program are neither
+        measured nor in `chosen` (the batch's keys so far, which this extends)."""
         taken: list[State] = []
         for state in states:
             if len(taken) >= count:
                 break
             key = state_key(state)
-            if key not in self.measured and key not in chosen:
-                chosen.add(key)
-                taken.append(state)
+            if key in self.measured or key in chosen:
+                continue
+            chosen.add(key)
+            program = self._program(state)
+            if program is not None:
+                if program in self.measured_programs or program in chosen:
+                    continue
+                chosen.add(program)
+            taken.append(state)
         return taken
+
+    def _program(self, state: State) -> str | None:
+        """`program_key(state)`, computed once per state."""
+        key = state_key(state)
+        if key not in self._programs:
+            self._programs[key] = program_key(state)
+        return self._programs[key]
 
     @staticmethod
     def _unique(states: Iterable[State]) -> list[State]:

@@ -48,3 +48,21 @@ def test_the_first_round_asks_the_model_only_if_asked_or_pretrained(
     second = search.next_batch(8)
     assert mutations  # later rounds evolve
     assert not {state_key(s) for s in first} & {state_key(s) for s in second}
+
+
+def test_a_batch_holds_one_state_per_program_and_none_of_a_measured_program() -> None:
+    """States that lower to one program (e.g. unroll pragmas that unroll the same loops)
+    are measured once: within a batch, and across rounds."""
+    from ember.autoschedule.program import program_key
+
+    task = task_of("dense")
+    search = EvolutionarySearch(task, RandomModel(seed=0), SearchParams(population=32), seed=0)
+    measured: set[str | None] = set()
+    for _ in range(4):
+        batch = search.next_batch(8)
+        programs = [program_key(state) for state in batch]
+        assert None not in programs and len(set(programs)) == len(programs)
+        assert not set(programs) & measured
+        measured |= set(programs)
+        search.record_measured(batch, [1e-3] * len(batch))
+    assert search.measured_programs == measured
