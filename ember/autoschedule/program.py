@@ -24,7 +24,6 @@ the same code may still have two keys (the builder's exact `code_key` catches th
 from __future__ import annotations
 
 import hashlib
-import math
 
 from ember.codegen.renderer import const_steps
 from ember.loop.ir import For, ForKind, Stmt, rewrite_func, rewrite_stmts, walk_stmts
@@ -62,10 +61,10 @@ def _canonical_pragma(stmt: Stmt) -> Stmt | None:
             least = max(least, high)
         elif budget >= low:
             return None  # whether the renderer unrolls it depends on the passes
-    canonical = int(least) if math.isfinite(least) else budget
-    return (
-        None if canonical == budget else For(stmt.var, stmt.extent, stmt.kind, stmt.body, canonical)
-    )
+    canonical = int(least)  # a count within the budget: finite
+    if canonical == budget:
+        return None
+    return For(stmt.var, stmt.extent, stmt.kind, stmt.body, canonical)
 
 
 def _steps_bounds(loop: For) -> tuple[float, float]:
