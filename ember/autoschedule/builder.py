@@ -22,7 +22,8 @@ links to the batch's library), so `release` of one leaves the others.
 
 Candidates whose generated C is that of another are not compiled again. Different
 step lists often render the same code (an unroll limit above every loop's size, a
-compute location that lowers alike: 11% of ResNet-18's 2,000 trials did). Each result
+compute location that lowers alike: 42% of a 2,000-trial ResNet-18 run's trials did;
+the search now passes over most of them, `ember.autoschedule.program`). Each result
 carries a digest of its source (`BuildResult.code_key`). Given `known_code` (the
 tuner passes the digests of the task's measured candidates), a candidate whose digest
 is in it or is an earlier candidate's of its batch comes back `duplicate`, uncompiled,

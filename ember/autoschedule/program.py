@@ -23,8 +23,7 @@ the same code may still have two keys (the builder's exact `code_key` catches th
 
 from __future__ import annotations
 
-import hashlib
-
+from ember.autoschedule.builder import code_key
 from ember.codegen.renderer import const_steps
 from ember.loop.ir import For, ForKind, Stmt, rewrite_func, rewrite_stmts, walk_stmts
 from ember.loop.printer import format_func
@@ -40,7 +39,7 @@ def program_key(state: State) -> str | None:
     except Exception:  # any failure to lower: the builder reports it as the candidate's
         return None
     canonical = rewrite_func(func, _canonical_pragma)
-    return hashlib.blake2b(format_func(canonical).encode(), digest_size=16).hexdigest()
+    return code_key(format_func(canonical))  # the builder's digest, of the printed IR
 
 
 def _canonical_pragma(stmt: Stmt) -> Stmt | None:

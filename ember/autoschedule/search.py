@@ -93,8 +93,9 @@ class EvolutionarySearch:
     def record_measured(self, states: Iterable[State], costs: Iterable[float]) -> None:
         """Mark states as measured, with their mean cost (inf for an error)."""
         for state, cost in zip(states, costs, strict=True):
-            self.measured.add(state_key(state))
-            program = self._program(state)
+            key = state_key(state)
+            self.measured.add(key)
+            program = self._program(state, key)
             if program is not None:
                 self.measured_programs.add(program)
             if math.isfinite(cost):
@@ -185,7 +186,7 @@ class EvolutionarySearch:
             if key in self.measured or key in chosen:
                 continue
             chosen.add(key)
-            program = self._program(state)
+            program = self._program(state, key)
             if program is not None:
                 if program in self.measured_programs or program in chosen:
                     continue
@@ -193,9 +194,8 @@ class EvolutionarySearch:
             taken.append(state)
         return taken
 
-    def _program(self, state: State) -> str | None:
-        """`program_key(state)`, computed once per state."""
-        key = state_key(state)
+    def _program(self, state: State, key: str) -> str | None:
+        """`program_key(state)`, computed once per state (`key`: its state key)."""
         if key not in self._programs:
             self._programs[key] = program_key(state)
         return self._programs[key]

@@ -22,6 +22,7 @@ from ember.autoschedule.tuning import (
     apply_best,
     measurers,
 )
+from ember.schedule.state import State
 from ember.schedule.steps import replay
 
 
@@ -284,8 +285,13 @@ def test_bad_options_and_missing_records_are_explained(tmp_path: Path) -> None:
         apply_best(task, [])
 
 
+def code_of(state: State) -> str:
+    """The fake "code" a state renders to: one of three, by its state's hash."""
+    return f"code{int(state_factor(state) * 3) % 3}"
+
+
 class SameCodeBuilder(FakeBuilder):
-    """Renders every state to one of three "codes" (by its state's hash), as a
+    """Renders every state to one of three "codes" (`code_of`), as a
     LocalBuilder given known code does: code known, or already in the call, comes back
     a duplicate, uncompiled. Remembers the known code of each call."""
 
@@ -299,7 +305,7 @@ class SameCodeBuilder(FakeBuilder):
         seen = set(known_code)
         results = []
         for measure_input in inputs:
-            key = f"code{int(state_factor(measure_input.state) * 3) % 3}"
+            key = code_of(measure_input.state)
             results.append(
                 BuildResult(None, "", (), code_key=key, duplicate=True)
                 if key in seen
@@ -329,7 +335,7 @@ def test_a_candidate_with_the_code_of_a_measured_one_is_not_run_and_takes_its_ti
     builder, runner = SameCodeBuilder(), RecordingRunner()
     records = tuner.round(8, builder, runner, [])
     assert len(records) == 8 and tuner.trials == 8
-    codes = [f"code{int(state_factor(replay(task.compute_dag, r.steps)) * 3) % 3}" for r in records]
+    codes = [code_of(replay(task.compute_dag, r.steps)) for r in records]
     # Each code ran (a new best also runs again beside the best); no duplicate did.
     assert set(runner.ran) == set(codes) and len(set(codes)) < 8
     for code, record in zip(codes, records, strict=True):
