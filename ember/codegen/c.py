@@ -491,8 +491,10 @@ class CRenderer(Renderer):
                     f"ember_{name}_{vtype}", vtype, [vtype] * len(args), lanes, lane
                 )
                 return f"{helper}({', '.join(self.expr(a) for a in args)})", PRIMARY
-            case Load(buffer, indices):
+            case Load(buffer, indices, None):
                 return self.vector_load(buffer, indices, lanes), PRIMARY
+            case Load():
+                return self.masked_load(expr, lanes), PRIMARY
         raise CodegenError(f"cannot render vector expression {type(expr).__name__}: {expr}")
 
     def dot_product(self, expr: Binary) -> str | None:
@@ -707,6 +709,38 @@ class CRenderer(Renderer):
                 return self.broadcast(f"{name}[{self.expr(value)}]", buffer.dtype, lanes)
         helper = self.memory_helper("gather", buffer.dtype, lanes, vtype, flat.dtype)
         return f"{helper}({name}, {self.expr(flat)})"
+
+    def masked_load(self, load: Load, lanes: int) -> str:
+        """A load of the lanes where its predicate holds, zero in the others, which it
+        does not read (a row's tail vector, past the end of the buffer): a lane loop,
+        which GCC makes a masked load where the target has one."""
+        assert load.predicate is not None
+        buffer = load.buffer
+        flat, name = flatten_index(buffer, load.indices), self.names.of(buffer)
+        vtype, t = self.vector_type(f"{buffer.dtype}x{lanes}"), self.scalar_type(buffer.dtype)
+        mask_type = self.vector_type(f"int32x{lanes}")
+        mask = self.expr(load.predicate)
+        contiguous = isinstance(flat, Ramp) and flat.stride == 1
+        kind = "load_masked" if contiguous else "gather_masked"
+        helper = f"ember_{kind}_{buffer.dtype}x{lanes}"
+        element = "p[l]" if contiguous else "p[i[l]]"
+        lane = f"-(int32_t){element}" if buffer.dtype == "bool" else element
+        index_type = self.vector_type(f"int64x{lanes}")
+        extra = "" if contiguous else f", {index_type} i"
+        self.helper(
+            helper,
+            f"static inline {vtype} {helper}({mask_type} m, const {t}* p{extra}) {{\n"
+            f"  {vtype} r = {{0}};\n"
+            f"  for (int l = 0; l < {lanes}; ++l) if (m[l]) r[l] = {lane};\n"
+            "  return r;\n}",
+        )
+        if contiguous:
+            assert isinstance(flat, Ramp)
+            return f"{helper}({mask}, &{name}[{self.expr(flat.base)}])"
+        index = flat if lanes_of(flat) > 1 else Broadcast(flat, lanes)
+        if index.dtype != f"int64x{lanes}":
+            index = Cast(f"int64x{lanes}", index)
+        return f"{helper}({mask}, {name}, {self.expr(index)})"
 
     def memory_helper(
         self, kind: str, dtype: str, lanes: int, vtype: str, index_dtype: str = "int64"

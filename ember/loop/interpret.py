@@ -312,6 +312,9 @@ class _Compiler:
     def _load(self, load: Load, lane: int) -> Evaluate:
         slot, index = self._buffer(load.buffer), self._indices(load.buffer, load.indices, lane)
         convert = converter(load.buffer.dtype)
+        if load.predicate is not None:  # a lane outside it is zero, and not read
+            test, zero = self.lane(load.predicate, lane), convert(0)
+            return lambda frame: convert(frame[slot][index(frame)]) if test(frame) else zero
         if load.buffer.dtype in (INDEX_DTYPE, "bool"):
             return lambda frame: convert(frame[slot][index(frame)])
         return lambda frame: frame[slot][index(frame)]

@@ -54,10 +54,15 @@ class Buffer:
 
 @dataclass(frozen=True, slots=True)
 class Load(Expr):
-    """`buffer[indices]`; a vector load when an index is a vector (Ramp)."""
+    """`buffer[indices]`; a vector load when an index is a vector (Ramp). A vector load
+    may carry a `predicate`, a bool vector of its lanes: only the lanes where it holds
+    are read, the others are zero (the tail vector of a row, `vectorize`), and nothing
+    may depend on those but lanes that a store's predicate or a select on the same
+    test discards."""
 
     buffer: Buffer
     indices: tuple[Expr, ...]
+    predicate: Expr | None = None
 
     @property
     def dtype(self) -> str:
@@ -65,13 +70,16 @@ class Load(Expr):
         return vector_dtype(self.buffer.dtype, lanes)
 
     def expr_children(self) -> tuple[Expr, ...]:
-        return self.indices
+        return self.indices if self.predicate is None else (*self.indices, self.predicate)
 
     def with_expr_children(self, children: tuple[Expr, ...]) -> Load:
-        return Load(self.buffer, children)
+        if self.predicate is None:
+            return Load(self.buffer, children)
+        return Load(self.buffer, children[:-1], children[-1])
 
     def format(self, fmt: Callable[[Expr], str]) -> str:
-        return f"{self.buffer.name}[{', '.join(fmt(i) for i in self.indices)}]"
+        where = "" if self.predicate is None else f" where {fmt(self.predicate)}"
+        return f"{self.buffer.name}[{', '.join(fmt(i) for i in self.indices)}{where}]"
 
 
 @dataclass(frozen=True, slots=True)

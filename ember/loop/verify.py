@@ -197,8 +197,14 @@ class _Verifier:
                 return split_dtype(expr.dtype)[1]
             case Const():
                 return 1
-            case Load(buffer, indices):
-                return self._access(buffer, indices, scope, "load from")
+            case Load(buffer, indices, predicate):
+                lanes = self._access(buffer, indices, scope, "load from")
+                if predicate is not None and self._condition(predicate, scope, "load") != lanes:
+                    raise self.fail(
+                        f"load from '{buffer.name}' has a predicate of other lanes than its "
+                        f"{lanes}: {format_expr(predicate)}"
+                    )
+                return lanes
             case Ramp(base, _, lanes):
                 self._scalar_operand(base, scope, expr)
                 return lanes

@@ -9,9 +9,11 @@ Per stage, in stage (topological) order:
   the whole body for intermediates;
 - *attached* stages (compute_at) are emitted inside their consumer's loop at the named
   iterator, for just the region that the consumer's iterations under that loop read
-  (see `ember.schedule.bounds`), into a buffer of the region's size whose index 0 is
-  the region's start. Their iterators that derive from spatial axes run over the
-  region instead of the whole axis.
+  (see `ember.schedule.bounds`), and that the stages attached after it at the same
+  loop read (softmax's exp, read by its sum and its division, all computed per row),
+  into a buffer of the region's size whose index 0 is the region's start. Their
+  iterators that derive from spatial axes run over the region instead of the whole
+  axis.
 
 Every original axis is rebuilt from loop variables through the stage's relations
 (split: mixed-radix digits; fuse: division and modulo). Iterations past a split that
@@ -314,13 +316,19 @@ class _Lowering:
         return map_expr(value, load)
 
     def _check_attachments(self) -> None:
-        """An attached stage's buffer lives inside its target's loop, so the target
-        must be its only reader (after inlining)."""
+        """An attached stage's buffer lives inside its target's loop, so every stage
+        that reads it must be the target, another stage attached at the same loop
+        (computed after it there), or a stage inside such a one."""
         stages = self.state.stages
         readers = loop_readers(self.state, self.expanded)
         for stage in stages:
             if stage.location is Location.ATTACHED:
-                others = [i for i in readers.get(id(stage.tensor), []) if i != stage.attach_stage]
+                others = [
+                    i
+                    for i in readers.get(id(stage.tensor), [])
+                    if i != stage.attach_stage
+                    and not self.state.attached_under(i, stage.attach_stage, stage.attach_iter)
+                ]
                 if others:
                     names = ", ".join(stages[i].name for i in others)
                     raise ScheduleError(
@@ -342,10 +350,10 @@ class _Lowering:
         allocations: dict[int, list[Buffer]] = {}
         inner_env = dict(env)
         for depth, loop in enumerate(nest.loops):
-            for producer in self.attached.get((index, loop.name), ()):
-                placed, stmt = self._emit_attached(
-                    producer, value, nest.loops[depth + 1 :], inner_env
-                )
+            producers = self.attached.get((index, loop.name), [])
+            regions = self._attached_regions(producers, value, nest.loops[depth + 1 :])
+            for producer in producers:
+                placed, stmt = self._emit_attached(producer, regions[producer], inner_env)
                 inner_env[id(self.state.stages[producer].tensor)] = placed
                 before.setdefault(depth + 1, []).append(stmt)
                 allocations.setdefault(depth + 1, []).append(placed.buffer)
@@ -365,24 +373,68 @@ class _Lowering:
         leaf = Store(placed.buffer, store_index, result)
         return _assemble(nest.loops, leaf, nest.guards, before, allocations)
 
-    def _emit_attached(
-        self,
-        index: int,
-        consumer_value: Expr,
-        inner_loops: Sequence[_Loop],
-        env: Mapping[int, _Placed],
-    ) -> tuple[_Placed, Stmt]:
-        """Stage `index` computed for what `consumer_value` reads of it while
-        `inner_loops` (the consumer's loops under the attach point) run."""
-        stage = self.state.stages[index]
-        tensor = stage.tensor
+    def _attached_regions(
+        self, producers: Sequence[int], consumer_value: Expr, inner_loops: Sequence[_Loop]
+    ) -> dict[int, Region]:
+        """The region each producer attached at one loop computes: what the consumer's
+        iterations under the loop (`inner_loops`) read of it, and what the producers
+        after it at the same loop, and the stages inside those, read (softmax's exp,
+        read by its sum and its division, both computed per row). Later producers come
+        first, since their regions decide what they read of earlier ones."""
+        ranging = {loop.var: loop.extent for loop in inner_loops if loop.var is not None}
+        readers = [consumer_value]
+        regions: dict[int, Region] = {}
+        for producer in reversed(producers):
+            regions[producer] = self._region_read(producer, readers, ranging)
+            if len(producers) > 1:
+                readers += self._values_over(producer, regions[producer], ranging)
+        return regions
+
+    def _region_read(
+        self, index: int, readers: Sequence[Expr], ranging: Mapping[Var, int]
+    ) -> Region:
+        """The region of stage `index`'s tensor that expressions `readers` read."""
+        tensor = self.state.stages[index].tensor
         reads = [
             node.indices
-            for node in walk(consumer_value)
+            for value in readers
+            for node in walk(value)
             if isinstance(node, TensorRead) and node.tensor is tensor
         ]
-        ranging = {loop.var: loop.extent for loop in inner_loops if loop.var is not None}
-        region = infer_region(reads, tensor.shape, ranging)
+        return infer_region(reads, tensor.shape, ranging)
+
+    def _values_over(self, index: int, region: Region, ranging: dict[Var, int]) -> list[Expr]:
+        """What stage `index` computes for `region`, as expressions that read other
+        tensors: its own, with its axes running over the region and its reduce axes
+        over their whole extents (the variables that do are added to `ranging`), and
+        those of the stages computed inside it, over what it reads of them (a
+        superset: every loop of the stage counted as ranging). The variables' names
+        hold a dot, so no loop variable is named alike."""
+        op = self.state.stages[index].compute_op
+        body = self._expanded(index)
+        source = body.source if isinstance(body, Reduce) else body
+        mapping: dict[Var, Expr] = {}
+        for dim, axis in enumerate(op.axes):
+            var = Var(f"{axis.name}.region{index}", INDEX_DTYPE)
+            ranging[var] = region.extents[dim]
+            mapping[axis.var] = from_linear(region.starts[dim] + to_linear(var))
+        for axis in op.reduce_axes:
+            var = Var(f"{axis.name}.region{index}", INDEX_DTYPE)
+            ranging[var] = axis.extent
+            mapping[axis.var] = var
+        values = [substitute(source, mapping)]
+        inside = [i for (stage, _), found in self.attached.items() if stage == index for i in found]
+        for nested in sorted(inside, reverse=True):
+            nested_region = self._region_read(nested, values, ranging)
+            values += self._values_over(nested, nested_region, ranging)
+        return values
+
+    def _emit_attached(
+        self, index: int, region: Region, env: Mapping[int, _Placed]
+    ) -> tuple[_Placed, Stmt]:
+        """Stage `index` computed for `region` into a buffer of the region's size."""
+        stage = self.state.stages[index]
+        tensor = stage.tensor
         buffer = Buffer(self.names.fresh(stage.name), region.extents, tensor.dtype, stage.scope)
         placed = _Placed(buffer, region.starts)
         stmt = self._emit(index, region, {**env, id(tensor): placed})

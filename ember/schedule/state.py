@@ -191,6 +191,16 @@ class State:
             if isinstance(s.op, ComputeOp) and any(t is tensor for t in s.op.input_tensors)
         ]
 
+    def attached_under(self, index: int, target: int, iterator: str) -> bool:
+        """Whether stage `index` is computed at loop `iterator` of stage `target`, or
+        inside a stage that is (its chain of compute_at points passes through it)."""
+        stage = self.stages[index]
+        while stage.location is Location.ATTACHED:
+            if stage.attach_stage == target and stage.attach_iter == iterator:
+                return True
+            stage = self.stages[stage.attach_stage]
+        return False
+
     def __str__(self) -> str:
         from ember.schedule.printer import format_state
 

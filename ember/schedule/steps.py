@@ -234,7 +234,9 @@ class PragmaStep(Step):
 @dataclass(frozen=True, slots=True)
 class ComputeAtStep(Step):
     """Compute stage `stage_id` inside iterator `target_iter_id` of a consumer stage,
-    for just the region that one iteration of the consumer needs."""
+    for just the region that one iteration of the consumer needs. Its other readers
+    must be computed at that same loop already (or inside a stage that is): its
+    buffer lives inside the loop, and they read it there after it."""
 
     kind: ClassVar[str] = "CA"
     stage_id: int
@@ -248,15 +250,20 @@ class ComputeAtStep(Step):
         if any(stage.tensor is t for t in state.dag.outputs):
             raise ScheduleError(f"stage {stage.name!r} is an output and must stay at root")
         readers = _effective_readers(state, self.stage_id)
-        if self.target_stage_id not in readers:
+        siblings = [
+            i for i in readers if state.attached_under(i, self.target_stage_id, iterator.name)
+        ]
+        if self.target_stage_id not in readers and not siblings:
             raise ScheduleError(
                 f"stage {target.name!r} does not read {stage.name!r}; compute_at needs a consumer"
             )
-        if len(readers) > 1:
-            others = ", ".join(state.stages[i].name for i in readers if i != self.target_stage_id)
+        others = [i for i in readers if i != self.target_stage_id and i not in siblings]
+        if others:
+            names = ", ".join(state.stages[i].name for i in others)
             raise ScheduleError(
-                f"stage {stage.name!r} is also read by {others}; compute_at needs the target to "
-                "be its only reader (its buffer lives inside the target's loop)"
+                f"stage {stage.name!r} is also read by {names}; compute_at needs every reader "
+                "to be the target or computed at the same loop of it, or inside such a stage "
+                "(its buffer lives inside the target's loop)"
             )
         if any(it.annotation is Annotation.PARALLEL for it in stage.iters):
             raise ScheduleError(f"stage {stage.name!r} has a parallel loop and must stay at root")

@@ -129,18 +129,58 @@ def test_extent_that_is_not_a_small_power_of_two_stays_serial(extent: int) -> No
     assert kinds(after.body) == [ForKind.PARALLEL, ForKind.SERIAL]
 
 
+def predicated_loads(stmt: Stmt) -> list[Load]:
+    return [
+        node
+        for s in walk_stmts(stmt)
+        if isinstance(s, Store)
+        for e in (s.value, *s.indices)
+        for node in walk(e)
+        if isinstance(node, Load) and node.predicate is not None
+    ]
+
+
 def test_tail_guard_depending_on_the_lane_versions_the_loop() -> None:
     # The last vector would read A past its end, so no lane may run speculatively:
-    # whole vectors run vector code, the tail the serial loop.
+    # whole vectors run vector code with no test, the tail vector code whose load
+    # reads and whose store writes only the lanes < 37 (the interpreter checks every
+    # access it makes against the buffer's bounds).
     a, c = Buffer("A", (37,), F32), Buffer("C", (37,), F32)
     index = i * 16 + v
     guarded = IfThenElse(index < 37, Store(c, (index,), Load(a, (index,)) * 2.0))
     after = check_same(PrimFunc("tail", (a, c), loop(i, 3, vloop(v, 16, guarded))), True)
-    assert kinds(after.body) == [ForKind.SERIAL, ForKind.SERIAL]
+    assert kinds(after.body) == [ForKind.SERIAL]
     versioned = after.body.body  # type: ignore[attr-defined]
     assert isinstance(versioned, IfThenElse)
     assert versioned.condition == (i * 16 < 22)  # lanes 0 and 15 in: i * 16 + 15 < 37
-    assert vector_stores(versioned.then_body) and not vector_stores(versioned.else_body)
+    assert vector_stores(versioned.then_body) and not predicated_loads(versioned.then_body)
+    (store,) = vector_stores(versioned.else_body)
+    (load,) = predicated_loads(versioned.else_body)
+    assert store.predicate is not None and load.predicate == store.predicate
+    assert [lane_of(load.predicate, n) for n in (0, 15)] == [i * 16 < 37, i * 16 + 15 < 37]
+
+
+def test_tail_under_different_tests_runs_serially() -> None:
+    # Two tests of the lane: a load masked by one could feed lanes the other keeps.
+    a, c = Buffer("A", (37,), F32), Buffer("C", (37,), F32)
+    index = i * 16 + v
+    value = select(index < 30, Load(a, (index,)), zero())
+    guarded = IfThenElse(index < 37, Store(c, (index,), value + Load(a, (index,))))
+    after = check_same(PrimFunc("tail", (a, c), loop(i, 3, vloop(v, 16, guarded))), True)
+    versioned = after.body.body  # type: ignore[attr-defined]
+    assert isinstance(versioned, IfThenElse)
+    assert kinds(versioned.else_body) == [ForKind.SERIAL]
+
+
+def test_tail_masks_only_the_loads_its_test_guards() -> None:
+    # C[index] = B[index] (B padded to whole vectors) + (index < 37 ? A[index] : 0).
+    a, b, c = Buffer("A", (37,), F32), Buffer("B", (48,), F32), Buffer("C", (48,), F32)
+    index = i * 16 + v
+    value = Load(b, (index,)) + select(index < 37, Load(a, (index,)), zero())
+    func = PrimFunc("tail", (a, b, c), loop(i, 3, vloop(v, 16, Store(c, (index,), value))))
+    after = check_same(func, True)
+    (load,) = predicated_loads(after.body)
+    assert load.buffer is a
 
 
 def test_tail_guard_around_a_safe_value_becomes_a_predicated_store() -> None:
@@ -268,7 +308,7 @@ def test_lazy_select_that_could_read_out_of_bounds_falls_back() -> None:
 
 def test_select_of_a_reduction_tail_versions_the_loop() -> None:
     # rfactor over a row of 37 in vectors of 8: partial[v] += (ko*8 + v < 37) ? A[ko*8 + v] : 0.
-    # Whole vectors add with no select; the last, past the row's end, runs serially.
+    # Whole vectors add with no select; the last, past the row's end, masks its load.
     a, partial = Buffer("A", (37,), F32), Buffer("partial", (8,), F32)
     index = k * 8 + v
     update = Load(partial, (v,)) + select(index < 37, Load(a, (index,)), zero())
@@ -279,6 +319,9 @@ def test_select_of_a_reduction_tail_versions_the_loop() -> None:
     assert versioned.condition == (k * 8 < 30)  # lanes 0 and 7 in: k * 8 + 7 < 37
     (store,) = vector_stores(versioned.then_body)
     assert not any(isinstance(n, Select) for n in walk(store.value))
+    # The tail: a vector select whose taken branch loads only the lanes < 37.
+    (tail,) = vector_stores(versioned.else_body)
+    assert tail.predicate is None and len(predicated_loads(versioned.else_body)) == 1
 
 
 def test_select_with_provably_safe_branches_is_vectorized() -> None:
