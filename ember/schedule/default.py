@@ -54,12 +54,11 @@ The recipe, in the order it is applied:
    rest as loops (ResNet-50's input padding, 3 channels: fused down to single
    elements it took a quarter of the first conv's time in index divisions).
 
-A group that works row by row (softmax, LayerNorm: one injective output, every other
-root stage a reduction along the rows' innermost axis or an injective stage of the
-output's shape) runs instead in one parallel loop over the rows, each stage computed
-at that loop for its row (`_schedule_rows`): a row is read from memory once, and the
-intermediates are a row long, on the stack (LayerNorm over ViT-B/16's 197 x 768 on Zen
-4, 2 threads: 0.057 -> 0.023 ms).
+A group that works row by row (LayerNorm: one injective output, every other root
+stage a reduction along the rows' innermost axis) runs instead in one parallel loop
+over the rows, each reduction computed at that loop for its row (`_schedule_rows`):
+a row is read from memory once per group, not once per stage (LayerNorm over
+ViT-B/16's 197 x 768 on Zen 4, 2 threads: 0.050 -> 0.021 ms).
 
 A Winograd conv's input transform, and an output transform with the epilogue inlined
 into it, run tile by tile instead (`default_winograd`).
@@ -731,10 +730,12 @@ def _vectorize_innermost(state: State, index: int, target: Target) -> State:
 
 
 def _row_group(state: State) -> tuple[Tensor, list[Tensor]] | None:
-    """The output and the other root stages of a group that works row by row (softmax,
-    LayerNorm): one injective output of rank >= 2; every other root stage a reduction
-    along the innermost axis whose shape is the output's rows (keepdims or not), or an
-    injective stage of the output's shape. None for any other group."""
+    """The output and the reductions of a group that works row by row (LayerNorm's
+    moments): one injective output of rank >= 2 and, as every other root stage, a
+    reduction along the innermost axis whose shape is the output's rows (keepdims or
+    not). None for any other group: softmax, whose exp is a whole row read by two
+    stages, ran slower in one pass (ViT-B/16's 12x197x197 on Zen 4, 2 threads: 0.41
+    against 0.34 ms in four; GCC makes worse code of the one large loop body)."""
     outputs = _unique(state.dag.outputs)
     if len(outputs) != 1:
         return None
@@ -748,11 +749,9 @@ def _row_group(state: State) -> tuple[Tensor, list[Tensor]] | None:
         return None
     for stage in members:
         member_op = stage.compute_op
-        if not isinstance(member_op.body, Reduce):
-            if tuple(member_op.shape) != tuple(op.shape):
-                return None
-            continue
-        if tuple(member_op.shape) not in (rows, (*rows, 1)) or len(member_op.reduce_axes) != 1:
+        if not isinstance(member_op.body, Reduce) or len(member_op.reduce_axes) != 1:
+            return None
+        if tuple(member_op.shape) not in (rows, (*rows, 1)):
             return None
         reads = expanded_reads(state, _index_of(state, stage.tensor))
         if not contiguous_in(reads, member_op.reduce_axes[0].var):
@@ -762,12 +761,11 @@ def _row_group(state: State) -> tuple[Tensor, list[Tensor]] | None:
 
 def _schedule_rows(state: State, target: Target) -> State | None:
     """A row-wise group in one pass over the rows: the output's rows fused into one
-    parallel loop, its innermost axis vectorized, and every other stage computed at
-    that loop for its row (the buffers one row long, on the stack; reductions by
-    `rfactor` as in `_schedule_row_reduction`). Separate parallel passes, as the
-    other root stages get, read each row from memory once per stage and store every
-    intermediate (ViT-B/16's softmax, 12x197x197 on Zen 4, 2 threads: four passes
-    and a 1.8 MB buffer, 0.34 ms). None when the group is not row-wise."""
+    parallel loop, its innermost axis vectorized, and each reduction computed at
+    that loop for its row (by `rfactor`, as `_schedule_row_reduction` does). As
+    separate parallel passes, each stage read every row from memory again (LayerNorm
+    over ViT-B/16's 197 x 768 on Zen 4, 2 threads: 0.050 -> 0.021 ms). None when the
+    group is not row-wise."""
     group = _row_group(state)
     if group is None:
         return None
@@ -778,11 +776,7 @@ def _schedule_rows(state: State, target: Target) -> State | None:
     state = _vectorize_innermost(state, index, target)
     state = _parallelize(state, index, rows, work, target)
     for tensor in reversed(members):  # readers first: compute_at needs them placed
-        member = _index_of(state, tensor)
-        if isinstance(state.stages[member].compute_op.body, Reduce):
-            state = _row_reduction_at_row(state, member, target)
-        else:
-            state = _vectorize_innermost(state, member, target)
+        state = _row_reduction_at_row(state, _index_of(state, tensor), target)
         state = ComputeAtStep(_index_of(state, tensor), _index_of(state, output), 0).apply(state)
     return state
 

@@ -279,48 +279,45 @@ def test_injective_stage_is_vectorized_and_parallel_when_large() -> None:
     assert all(it.annotation is Annotation.NONE for s in small.stages for it in s.iters)
 
 
-def test_softmax_runs_row_by_row_in_one_parallel_loop() -> None:
+def test_softmax_reduces_rows_in_vectors_and_computes_exp_once() -> None:
     # Rows of 1000 = 62 vectors of 16 and a partial one (vectorize versions the loop).
-    state = default_schedule(op_dag("softmax", (16, 1000), AxisAttrs(1)), AVX512)
-    output = state.stage("T_softmax_norm")
-    assert output.location is Location.ROOT
-    # The division's vectors divide the row: 125 of 8.
-    assert (output.iters[-1].extent, output.iters[-1].annotation) == (8, Annotation.VECTORIZE)
-    roots = [s for s in state.stages if s.location is Location.ROOT and not s.is_placeholder]
-    assert roots == [output]
+    state = default_schedule(op_dag("softmax", (8, 1000), AxisAttrs(1)), AVX512)
     for name in ("T_softmax_maxelem", "T_softmax_expsum"):
         partial, final = state.stage(f"{name}.rf"), state.stage(name)
-        assert state.stages[final.attach_stage] is output and final.attach_iter == "i0"
+        assert final.location is Location.ROOT
+        assert partial.location is Location.ATTACHED
         assert state.stages[partial.attach_stage] is final
         assert [(it.name, it.extent, it.annotation) for it in partial.iters][-2:] == [
             ("k.0", 63, Annotation.NONE),
             ("k.1", 16, Annotation.VECTORIZE),
         ]
-    # exp, read by the sum and the division, is computed once per row at the row loop.
-    exp = state.stage("T_softmax_exp")
-    assert state.stages[exp.attach_stage] is output and exp.attach_iter == "i0"
-    func = lower(state, "softmax")
-    allocations = [s.buffer for s in walk_stmts(func.body) if isinstance(s, Allocate)]
-    # One row of exp, the two row results and their vectors of partial results.
-    assert sorted(b.size for b in allocations) == [1, 1, 16, 16, 1000]
-    loops = [s for s in walk_stmts(func.body) if isinstance(s, For)]
-    assert loops[0].extent == Const(16, "int64") and loops[0].kind is ForKind.PARALLEL
-    assert all(loop.kind is not ForKind.PARALLEL for loop in loops[1:])
+    # exp is read by the sum and the division: computed once, not once per reader.
+    assert state.stage("T_softmax_exp").location is Location.ROOT
+    # The division's vectors divide the row: 125 of 8.
+    output = state.stage("T_softmax_norm")
+    assert (output.iters[-1].extent, output.iters[-1].annotation) == (8, Annotation.VECTORIZE)
 
 
 def test_layer_norm_moments_are_computed_per_row() -> None:
     b = GraphBuilder()
-    x = b.input("x", (6, 768))
+    x = b.input("x", (64, 768))
     scale, bias = (b.constant(np.ones(768, np.float32)) for _ in range(2))
     y = b.add("layer_norm", [x, scale, bias], LayerNormAttrs(1, 1e-5))
     state = default_schedule(_only_group(*b.build([y])), AVX512)
     roots = [s for s in state.stages if s.location is Location.ROOT and not s.is_placeholder]
     assert [s.name for s in roots] == ["T_layer_norm"]
-    assert all(
-        s.location is Location.ATTACHED
-        for s in state.stages
-        if s.name.startswith("T_layer_norm_") and not s.is_placeholder
-    )
+    output = roots[0]
+    for name in ("T_layer_norm_sum", "T_layer_norm_sqsum"):
+        assert state.stages[state.stage(name).attach_stage] is output
+        assert state.stages[state.stage(f"{name}.rf").attach_stage] is state.stage(name)
+    # One parallel loop over the 64 rows; each moment and its vector of partial
+    # results are computed per row.
+    func = lower(state, "layer_norm")
+    loops = [s for s in walk_stmts(func.body) if isinstance(s, For)]
+    assert loops[0].extent == Const(64, "int64") and loops[0].kind is ForKind.PARALLEL
+    assert all(loop.kind is not ForKind.PARALLEL for loop in loops[1:])
+    allocations = [s.buffer for s in walk_stmts(func.body) if isinstance(s, Allocate)]
+    assert sorted(b.size for b in allocations) == [1, 1, 16, 16]
 
 
 def test_default_schedules_are_deterministic_replayable_steps() -> None:
