@@ -172,6 +172,19 @@ def test_tail_under_different_tests_runs_serially() -> None:
     assert kinds(versioned.else_body) == [ForKind.SERIAL]
 
 
+def test_tail_with_a_strided_guarded_store_runs_serially() -> None:
+    # C[2 * index] = A[index] for index < 37: a predicated store must be contiguous
+    # (code generation writes a vector or its lanes from one base), so the tail is
+    # the serial loop, as a whole vector of this store cannot be one either.
+    a, c = Buffer("A", (37,), F32), Buffer("C", (80,), F32)
+    index = i * 16 + v
+    guarded = IfThenElse(index < 37, Store(c, (index * 2,), Load(a, (index,))))
+    after = check_same(PrimFunc("tail", (a, c), loop(i, 3, vloop(v, 16, guarded))), True)
+    versioned = after.body.body  # type: ignore[attr-defined]
+    assert isinstance(versioned, IfThenElse)
+    assert kinds(versioned.else_body) == [ForKind.SERIAL]
+
+
 def test_tail_masks_only_the_loads_its_test_guards() -> None:
     # C[index] = B[index] (B padded to whole vectors) + (index < 37 ? A[index] : 0).
     a, b, c = Buffer("A", (37,), F32), Buffer("B", (48,), F32), Buffer("C", (48,), F32)
