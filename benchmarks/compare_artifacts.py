@@ -43,7 +43,9 @@ def main() -> None:
     for module in modules:
         module.run()
         got = [module.get_output(i) for i in range(module.get_num_outputs())]
-        differences.append(max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected)))
+        differences.append(
+            max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected, strict=True))
+        )
     runners = [module.run for module in modules] + [lambda: session.run(None, feed)]
     *ember_ms, ort_ms = time_alternately(runners, args)
     for path, ms, difference in zip(args.artifacts, ember_ms, differences, strict=True):
