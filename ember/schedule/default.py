@@ -643,8 +643,7 @@ def _schedule_reduction(state: State, index: int, target: Target) -> State:
     if (
         lanes == 1
         and innermost is not None
-        and width > 1
-        and innermost.extent >= 2 * width
+        and _row_fills_vectors(innermost.extent, width)
         and contiguous_in(reads, innermost.var)
     ):
         return _schedule_row_reduction(state, index, width, target)
@@ -787,9 +786,16 @@ def _row_reduction_at_row(state: State, index: int, target: Target) -> State:
     inside the output's)."""
     op = state.stages[index].compute_op
     width = _vector_lanes(state, index, target)
-    if width > 1 and op.reduce_axes[-1].extent >= 2 * width:
+    if _row_fills_vectors(op.reduce_axes[-1].extent, width):
         return _schedule_row_reduction(state, index, width, target, parallel=False)
     return state
+
+
+def _row_fills_vectors(extent: int, width: int) -> bool:
+    """Whether a reduced row of `extent` elements is long enough to be reduced in
+    vectors of `width` lanes of partial results (two vectors at least: below that the
+    final sum of the partials costs what the vectors saved)."""
+    return width > 1 and extent >= 2 * width
 
 
 def _parallelize(state: State, index: int, outer: int, work: int, target: Target) -> State:
