@@ -26,7 +26,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ember.autoschedule.features import extract_features_batch
+from ember.autoschedule.features import extract_features_and_keys
+from ember.autoschedule.program import remember_program_key
 from ember.autoschedule.worker import Worker, WorkerCrashed, WorkerError, WorkerTimedOut
 from ember.device import host_cpu_count
 from ember.schedule.state import State
@@ -64,19 +65,21 @@ class FeaturePool:
         self._started = False
 
     def extract(self, states: Sequence[State]) -> list[np.ndarray]:
-        """Feature rows of each state, in order (`extract_features` of each)."""
+        """Feature rows of each state, in order (`extract_features` of each). Each
+        state's program key, which comes from the same lowering, is kept on it
+        (`remember_program_key`), for the search to find."""
         workers = self._available(len(states))
         if not workers:
-            return extract_features_batch(states)
+            return _kept_keys(states, extract_features_and_keys(states))
         shares = _split(states, len(workers) + 1)
         sent: list[tuple[Worker, Sequence[State]]] = []
         for worker, share in zip(workers, shares[:-1], strict=True):
             worker.send(list(share))
             sent.append((worker, share))
-        own = extract_features_batch(shares[-1])
+        own = _kept_keys(shares[-1], extract_features_and_keys(shares[-1]))
         rows: list[np.ndarray] = []
         for worker, share in sent:
-            rows.extend(self._receive(worker, share))
+            rows.extend(_kept_keys(share, self._receive(worker, share)))
         return rows + own
 
     # -- helpers -------------------------------------------------------------------------
@@ -102,12 +105,14 @@ class FeaturePool:
                 break
             self._workers.append(worker)
 
-    def _receive(self, worker: Worker, share: Sequence[State]) -> list[np.ndarray]:
+    def _receive(
+        self, worker: Worker, share: Sequence[State]
+    ) -> list[tuple[np.ndarray, str | None]]:
         try:
-            rows = worker.receive(SHARE_TIMEOUT)
-            if isinstance(rows, list) and len(rows) == len(share):
-                return rows
-            reason = f"it replied {type(rows).__name__} for {len(share)} states"
+            results = worker.receive(SHARE_TIMEOUT)
+            if isinstance(results, list) and len(results) == len(share):
+                return results
+            reason = f"it replied {type(results).__name__} for {len(share)} states"
         except WorkerTimedOut:
             reason = f"no reply within {SHARE_TIMEOUT:g} s"
         except WorkerCrashed as crash:
@@ -119,7 +124,16 @@ class FeaturePool:
         )
         worker.kill()
         self._workers.remove(worker)
-        return extract_features_batch(share)
+        return extract_features_and_keys(share)
+
+
+def _kept_keys(
+    states: Sequence[State], results: Sequence[tuple[np.ndarray, str | None]]
+) -> list[np.ndarray]:
+    """The feature rows of `results`, their program keys kept on `states`."""
+    for state, (_, key) in zip(states, results, strict=True):
+        remember_program_key(state, key)
+    return [rows for rows, _ in results]
 
 
 def _split(states: Sequence[State], parts: int) -> list[Sequence[State]]:

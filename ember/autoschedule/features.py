@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ember.autoschedule.buffer_access import BufferAccess, Loop, buffer_accesses, item_bytes
+from ember.autoschedule.program import lowered_program_key
 from ember.loop.ir import (
     Allocate,
     Buffer,
@@ -62,6 +63,7 @@ from ember.loop.ir import (
     IfThenElse,
     LetStmt,
     Load,
+    PrimFunc,
     Seq,
     Stmt,
     Store,
@@ -166,17 +168,44 @@ def extract_features(state: State) -> np.ndarray:
     module docstring); one all-zero row when the state does not lower."""
     try:
         func = lower(state)
-        rows = [_statement_row(store, context) for store, context in _statements(func.body)]
     except Exception:  # a bad candidate must score lowest, not stop a search
-        rows = []
-    if not rows:
-        return np.zeros((1, len(FEATURE_NAMES)), dtype=np.float32)
-    return np.stack(rows)
+        return _no_rows()
+    return _rows(func)
 
 
 def extract_features_batch(states: Sequence[State]) -> list[np.ndarray]:
     """`extract_features` of each state, in order."""
     return [extract_features(state) for state in states]
+
+
+def extract_features_and_keys(
+    states: Sequence[State],
+) -> list[tuple[np.ndarray, str | None]]:
+    """`extract_features` and `program_key` of each state, in order, from one lowering
+    each: the search asks the program key of every state it takes, and lowering is most
+    of both (ResNet-18's states: lowering 6.3 ms, rows 2.1 ms, key 0.5 ms)."""
+    results: list[tuple[np.ndarray, str | None]] = []
+    for state in states:
+        try:
+            func = lower(state)
+        except Exception:  # as extract_features and program_key say of such a state
+            results.append((_no_rows(), None))
+            continue
+        results.append((_rows(func), lowered_program_key(func)))
+    return results
+
+
+def _rows(func: PrimFunc) -> np.ndarray:
+    try:
+        rows = [_statement_row(store, context) for store, context in _statements(func.body)]
+    except Exception:  # a bad candidate must score lowest, not stop a search
+        rows = []
+    return np.stack(rows) if rows else _no_rows()
+
+
+def _no_rows() -> np.ndarray:
+    """The features of a state that does not lower: one all-zero row."""
+    return np.zeros((1, len(FEATURE_NAMES)), dtype=np.float32)
 
 
 def _log(value: float) -> float:

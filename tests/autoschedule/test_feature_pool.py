@@ -1,6 +1,7 @@
 """FeaturePool: the rows of every state equal extract_features, in order, whether a
-helper process extracts a share or not; a helper that dies mid-batch costs a warning
-and its share is extracted here; XGBModel predicts the same with and without helpers."""
+helper process extracts a share or not, and each state keeps its program key; a helper
+that dies mid-batch costs a warning and its share is extracted here; XGBModel predicts
+the same with and without helpers."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ember.autoschedule.annotate import sample_initial_population
 from ember.autoschedule.feature_pool import MIN_SHARE, FeaturePool
 from ember.autoschedule.features import extract_features_batch
 from ember.autoschedule.measure import MeasureInput, MeasureResult
+from ember.autoschedule.program import _PROGRAM_KEY, program_key
 from ember.autoschedule.xgb_model import XGBModel
 from ember.schedule import State
 
@@ -38,6 +40,17 @@ def test_a_helper_extracts_a_share_in_order() -> None:
         assert len(pool._workers) == 1  # it was used
         assert_same_rows(pool.extract(states[:MIN_SHARE]), want[:MIN_SHARE])  # not split
     assert not pool._workers  # closed
+
+
+def test_each_state_keeps_the_program_key_of_its_extraction() -> None:
+    states = sampled_states(40, seed=4)
+    copies = sampled_states(40, seed=4)  # equal states, nothing kept on them
+    with FeaturePool(helpers=1) as pool:
+        pool.extract(states)  # half of them in the helper
+    for state, copy in zip(states, copies, strict=True):
+        assert _PROGRAM_KEY in state.__dict__ and _PROGRAM_KEY not in copy.__dict__
+        assert program_key(state) == program_key(copy)  # kept = lowered again here
+    assert len({program_key(s) for s in states}) > 1  # the keys tell programs apart
 
 
 def test_small_batches_and_no_helpers_stay_in_this_process() -> None:
