@@ -78,6 +78,12 @@ ABI_SIGNATURES: dict[str, tuple[object, tuple[object, ...]]] = {
     "ember_last_error": (ctypes.c_char_p, ()),
 }
 ABI_SYMBOLS = tuple(ABI_SIGNATURES)
+# Exported by the libraries of this version on, bound where present: a library built
+# before kernel swapping still loads and runs (`Module.set_step_kernel` asks for a
+# rebuild).
+OPTIONAL_SIGNATURES: dict[str, tuple[object, tuple[object, ...]]] = {
+    "ember_set_step_kernel": (_INT32, (_INT32, ctypes.c_void_p)),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +148,10 @@ class CLibrary:
                     f"{source}: {path.name} does not export {name}: {REBUILD_HINT}"
                 ) from None
             function.restype, function.argtypes = restype, argtypes
+        for name, (restype, argtypes) in OPTIONAL_SIGNATURES.items():
+            function = getattr(library, name, None)
+            if function is not None:
+                function.restype, function.argtypes = restype, argtypes
         self.library = library
 
     def last_error(self) -> str:

@@ -214,6 +214,7 @@ def render_entry_point(program: AotProgram) -> str:
         *_tensor_table("outputs", program.outputs),
         *_tensor_table("params", program.params),
         *_step_table(program.steps),
+        *_kernel_table(program.steps),
         "const ember_model_info ember_model = {",
         f"  {c_string(program.target)}, {len(program.inputs)}, {len(program.outputs)}, "
         f"{len(program.params)},",
@@ -229,7 +230,7 @@ def render_entry_point(program: AotProgram) -> str:
         "  (void)params; (void)inputs; (void)outputs; (void)arena; (void)step_ends;",
     ]
     for index, step in enumerate(program.steps):
-        lines.extend(f"  {line}" for line in _step_lines(step))
+        lines.extend(f"  {line}" for line in _step_lines(step, index))
         lines.append(f"  if (step_ends) step_ends[{index}] = ember_now_seconds();")
     lines += [
         "  return 0;",
@@ -260,10 +261,25 @@ def step_kernel(step: Step) -> str:
 
 
 def _step_table(steps: tuple[Step, ...]) -> list[str]:
-    entries = [f"  {{{c_string(step.name)}, {c_string(step_kernel(step))}}}," for step in steps]
+    entries = [
+        f"  {{{c_string(step.name)}, {c_string(step_kernel(step))}, {_packed(step)}}},"
+        for step in steps
+    ]
     # One dummy entry keeps the array non-empty; num_steps says how many are real.
-    entries = entries or ['  {"", ""},']
+    entries = entries or ['  {"", "", 0},']
     return ["static const ember_step_info model_steps[] = {", *entries, "};", ""]
+
+
+def _kernel_table(steps: tuple[Step, ...]) -> list[str]:
+    """`ember_model_kernels`: what each kernel step calls, which
+    `ember_set_step_kernel` (c/runtime.c) can change; a call through it costs what
+    a direct call does (the kernels are in other objects either way)."""
+    entries = [f"  {_packed(step)}," for step in steps] or ["  0,"]
+    return ["ember_packed_kernel ember_model_kernels[] = {", *entries, "};", ""]
+
+
+def _packed(step: Step) -> str:
+    return step.symbol if isinstance(step, KernelStep) else "0"
 
 
 def _declarations(steps: tuple[Step, ...]) -> list[str]:
@@ -304,7 +320,7 @@ def _tensor_table(what: str, tensors: tuple[TensorSpec, ...]) -> list[str]:
     return [*lines, f"static const ember_tensor_spec model_{what}[] = {{", *entries, "};", ""]
 
 
-def _step_lines(step: Step) -> list[str]:
+def _step_lines(step: Step, index: int) -> list[str]:
     comment = "// " + re.sub(r"[^A-Za-z0-9_.:/ -]", "_", step.name)  # no \ or newline
     if isinstance(step, CopyStep):
         return [
@@ -331,7 +347,7 @@ def _step_lines(step: Step) -> list[str]:
         *checks,
         "{",
         f"  void* const args[] = {{{args}}};",
-        f"  if ({step.symbol}(args, {len(step.args)}) != 0) {{",
+        f"  if (ember_model_kernels[{index}](args, {len(step.args)}) != 0) {{",
         f'    ember_set_error("kernel %s rejected its arguments", {c_string(step.symbol)});',
         "    return -1;",
         "  }",

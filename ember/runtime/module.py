@@ -10,13 +10,15 @@ takes and returns NumPy arrays.
 It wraps the C ABI every Ember library exports (`ember.runtime.abi`):
 `ember_create[_from_file]`, `ember_run`, `ember_benchmark`, `ember_profile` (with
 `ember_num_steps`, `ember_step_name`, `ember_step_kernel`), `ember_threads`, `ember_destroy`,
-`ember_target`, `ember_last_error`.
+`ember_target`, `ember_last_error`, and `ember_set_step_kernel` (`set_step_kernel`: a
+step runs a tuning candidate's kernel instead of its own, to time it in the network).
 Input and output buffers are allocated once per module and their addresses put into
 ctypes pointer arrays once, so `run()` is a single ctypes call; `set_input` copies
 into an input buffer and `get_output` copies out of an output buffer, so arrays a
 caller holds never alias the module's memory. Each module owns one C instance (its
 own arena), so two modules of the same library run independently, also on two threads
-at once (ctypes releases the GIL). One module used from several threads is safe too:
+at once (ctypes releases the GIL); a swapped kernel is the library's, so it runs in
+both. One module used from several threads is safe too:
 its calls take turns (a lock), since they share the module's buffers and arena.
 """
 
@@ -219,6 +221,13 @@ def aligned_empty(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     return raw[start : start + nbytes].view(item)[:count].reshape(shape)
 
 
+def _restore_kernels(library: ctypes.CDLL, replacements: dict[int, ctypes.CDLL]) -> None:
+    """Give the steps of `replacements` their own kernels back."""
+    for step in list(replacements):
+        library.ember_set_step_kernel(step, None)
+    replacements.clear()
+
+
 def _pointer_array(arrays: Sequence[np.ndarray]) -> ctypes.Array[ctypes.c_void_p]:
     # At least one slot: a zero-length ctypes array cannot be built portably.
     return (ctypes.c_void_p * max(len(arrays), 1))(*(a.ctypes.data for a in arrays))
@@ -249,6 +258,12 @@ class Module:
         self._input_pointers = _pointer_array(self._inputs)
         self._output_pointers = _pointer_array(self._outputs)
         self._unset = set(range(len(info.inputs)))
+        # Libraries whose kernels replace steps' own (set_step_kernel), kept loaded;
+        # the steps get their own back when the module is closed or collected.
+        self._replacements: dict[int, ctypes.CDLL] = {}
+        self._restorer = weakref.finalize(
+            self, _restore_kernels, self._abi.library, self._replacements
+        )
         # Reentrant: __call__ holds it over set_input, run and get_output.
         self._lock = threading.RLock()
 
@@ -413,10 +428,54 @@ class Module:
             raise ExecutionError(f"{self.source}: profile failed: {self._abi.last_error()}")
         return Profile.from_steps(names, kernels, seconds[:count], self.info.groups, repeat)
 
+    def kernel_steps(self, workload_key: str) -> list[int]:
+        """The indices of the steps that run a group of `workload_key` (a tuning
+        task's: `SearchTask.workload_key`), in run order."""
+        keyed = {group.name for group in self.info.groups if group.workload_key == workload_key}
+        library = self._abi.library
+        names = [_text(library.ember_step_name(i)) for i in range(library.ember_num_steps())]
+        return [index for index, name in enumerate(names) if name in keyed]
+
+    def set_step_kernel(
+        self, step: int, library: Path | str | None = None, symbol: str = ""
+    ) -> None:
+        """Have kernel step `step` call `symbol`, the packed entry point of a kernel
+        in the shared library `library`, instead of its own kernel; `library=None`
+        gives the step its own kernel back. For tuning, to time a candidate inside the
+        network: a candidate of the step's task (`kernel_steps`), built for this target
+        (`LocalBuilder`: BuildResult.path and .symbol), takes the step's arguments.
+        Nothing can check that in C, so anything else is undefined behaviour. The
+        swap holds for every Module of this library in the process (the library has
+        one table of what its steps call)."""
+        function = getattr(self._abi.library, "ember_set_step_kernel", None)
+        if function is None:
+            raise ArtifactError(
+                f"{self.source}: the library was built by an earlier Ember, which could not "
+                "swap kernels; rebuild it with `ember compile`"
+            )
+        with self._lock:
+            if library is None:
+                address = None
+            else:
+                try:
+                    replacement = ctypes.CDLL(str(library))
+                    address = ctypes.cast(getattr(replacement, symbol), ctypes.c_void_p).value
+                except (OSError, AttributeError) as error:
+                    raise ExecutionError(
+                        f"cannot take the kernel {symbol!r} from {library}: {error}"
+                    ) from None
+            if function(step, address) != 0:
+                raise ExecutionError(f"{self.source}: {self._abi.last_error()}")
+            if library is None:
+                self._replacements.pop(step, None)
+            else:
+                self._replacements[step] = replacement
+
     def close(self) -> None:
         """Free the C instance now rather than when the module is collected (waits
         for a run in progress on another thread)."""
         with self._lock:
+            self._restorer()
             self._finalizer()
 
     def _check_ready(self) -> None:

@@ -4,7 +4,10 @@ between modules of one library. Libraries are real `ember.build` results."""
 from __future__ import annotations
 
 import ctypes.util
+import math
+import random
 import re
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -13,11 +16,16 @@ import numpy as np
 import pytest
 
 import ember
+from ember.autoschedule import extract_tasks
+from ember.autoschedule.annotate import sample_initial_population
+from ember.autoschedule.sketch import generate_sketches
+from ember.backend import compile_kernel
 from ember.build import Library, build
 from ember.errors import ArtifactError, ExecutionError, InputError
 from ember.graph.interpret import interpret
 from ember.graph.ir import Graph
 from ember.runtime import BenchmarkResult, Module, ModuleInfo, load
+from ember.toolchain import find_compiler
 
 
 @pytest.fixture(scope="module")
@@ -297,3 +305,60 @@ def test_close_waits_for_a_run_on_another_thread(mlp, monkeypatch) -> None:
     assert not errors
     with pytest.raises(ExecutionError, match="closed"):
         module.run()
+
+
+def test_a_step_runs_a_swapped_in_kernel_until_given_its_own_back(mlp, tmp_path: Path) -> None:
+    """set_step_kernel: a tuning candidate of a step's task, compiled on its own, runs
+    in the network in the step's place (same outputs); a kernel that computes
+    something else shows the swap took; None gives the step its own kernel back."""
+    graph, params, library = mlp
+    module = Module.from_library(library)
+    x = _image(1)
+    want = interpret(graph, params, {"data": x})["output"]
+    tasks, _ = extract_tasks(graph, params, "llvm")
+    task = tasks[-1]  # the last dense: it writes the network's output
+    steps = module.kernel_steps(task.workload_key)
+    assert steps and steps[-1] == len(mlp[2].metadata["groups"]) - 1
+    sketch = generate_sketches(task)
+    (state,) = sample_initial_population(task, sketch, 1, random.Random(3))
+    candidate = compile_kernel(state, "llvm", "candidate", path=tmp_path / "candidate.so")
+    for step in steps:
+        module.set_step_kernel(step, candidate.path, candidate.kernel.packed_symbol)
+    np.testing.assert_allclose(module(data=x)["output"], want, rtol=1e-4, atol=1e-5)
+
+    # A "kernel" that fills its output (the last argument) with 7s.
+    size = math.prod(module.outputs[0].shape)
+    source = tmp_path / "sevens.c"
+    source.write_text(
+        "#include <stdint.h>\n"
+        "int32_t sevens(void* const* args, int32_t num_args) {\n"
+        f"  float* out = (float*)args[num_args - 1];\n"
+        f"  for (int i = 0; i < {size}; ++i) out[i] = 7.0f;\n"
+        "  return 0;\n"
+        "}\n"
+    )
+    sevens = tmp_path / "sevens.so"
+    subprocess.run(
+        find_compiler("llvm").argv("-shared", str(source), "-o", str(sevens)), check=True
+    )
+    module.set_step_kernel(steps[-1], sevens, "sevens")
+    assert (module(data=x)["output"] == 7.0).all()
+    module.set_step_kernel(steps[-1], None)
+    np.testing.assert_allclose(module(data=x)["output"], want, rtol=1e-4, atol=1e-5)
+
+    # The swap holds for the library, until the module that made it is closed.
+    module.set_step_kernel(steps[-1], sevens, "sevens")
+    other = Module.from_library(library)
+    assert (other(data=x)["output"] == 7.0).all()
+    module.close()
+    np.testing.assert_allclose(other(data=x)["output"], want, rtol=1e-4, atol=1e-5)
+
+
+def test_set_step_kernel_errors(mlp, module: Module, tmp_path: Path) -> None:
+    with pytest.raises(ExecutionError, match="step 99 is not a kernel step"):
+        module.set_step_kernel(99, None)
+    with pytest.raises(ExecutionError, match="cannot take the kernel 'nowhere'"):
+        module.set_step_kernel(0, mlp[2].so_path, "nowhere")
+    with pytest.raises(ExecutionError, match="cannot take the kernel"):
+        module.set_step_kernel(0, tmp_path / "missing.so", "kernel")
+    assert module.kernel_steps("no such workload") == []

@@ -29,13 +29,23 @@ typedef struct {
   size_t nbytes;
 } ember_tensor_spec;
 
+/* A kernel's packed entry point (ember/codegen/c.py): 0 = ok. */
+typedef int32_t (*ember_packed_kernel)(void* const* args, int32_t num_args);
+
 /* One step of the entry point, in run order: `name` is its fused group (mod.json's
  * "groups"), or "output N" for a copy to an output; `kernel` is the function it
- * calls (a kernel's packed entry, a runtime helper, or memcpy). */
+ * calls (a kernel's packed entry, a runtime helper, or memcpy); `packed` is that
+ * packed entry for a kernel step, NULL for the others. */
 typedef struct {
   const char* name;
   const char* kernel;
+  ember_packed_kernel packed;
 } ember_step_info;
+
+/* What each kernel step calls, by step (NULL for the other steps): its own kernel's
+ * packed entry unless ember_set_step_kernel put another there. Defined by the
+ * generated entry point. */
+extern ember_packed_kernel ember_model_kernels[];
 
 /* The model compiled into the library, defined by the generated entry point. */
 typedef struct {

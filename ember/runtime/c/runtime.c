@@ -226,6 +226,20 @@ EMBER_EXPORT const char* ember_step_kernel(int32_t step) {
   return step >= 0 && step < ember_model.num_steps ? ember_model.steps[step].kernel : NULL;
 }
 
+/* Has kernel step `step` call `kernel` (the same arguments, the packed convention)
+ * instead of its own kernel; NULL gives it back its own. For tuning: a candidate
+ * timed inside the network. It holds for every instance of this library in the
+ * process, and must not be called while one runs. 0 = ok, -1 for a step that is no
+ * kernel's. */
+EMBER_EXPORT int32_t ember_set_step_kernel(int32_t step, ember_packed_kernel kernel) {
+  if (step < 0 || step >= ember_model.num_steps || !ember_model.steps[step].packed) {
+    ember_set_error("ember_set_step_kernel: step %d is not a kernel step of this model", step);
+    return -1;
+  }
+  ember_model_kernels[step] = kernel ? kernel : ember_model.steps[step].packed;
+  return 0;
+}
+
 static int compare_doubles(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);
