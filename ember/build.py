@@ -217,6 +217,9 @@ class GroupRecord:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     flops: int  # of one run of the group, for the profile's GFLOP/s
+    # Its kernel writes views of larger outputs (an in-place concatenation's inputs),
+    # so a kernel of its task compiled alone cannot stand in for it.
+    output_views: bool = False
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -260,7 +263,7 @@ def plan_build(parts: Partition, target: Target, backend: Backend) -> BuildPlan:
         refs = tuple(locations[value.name] for value in (*group.inputs, *group.outputs))
         checks = _index_checks(group, locations)
         steps.append(KernelStep(group.name, backend.symbols(kernel.name)[1], refs, checks))
-        records.append(_record(group, kernel.name, kernel.workload_key))
+        records.append(_record(group, kernel.name, kernel.workload_key, bool(kernel.views)))
     steps.extend(_output_copies(graph, locations))
     program = AotProgram(
         target=str(target),
@@ -363,7 +366,9 @@ def _spec(value: Value) -> TensorSpec:
     return TensorSpec(value.name, value.shape, value.dtype)
 
 
-def _record(group: FusedGroup, kernel: str, workload_key: str | None) -> GroupRecord:
+def _record(
+    group: FusedGroup, kernel: str, workload_key: str | None, output_views: bool = False
+) -> GroupRecord:
     return GroupRecord(
         name=group.name,
         kind=group.kind.value,
@@ -372,6 +377,7 @@ def _record(group: FusedGroup, kernel: str, workload_key: str | None) -> GroupRe
         inputs=tuple(value.name for value in group.inputs),
         outputs=tuple(value.name for value in group.outputs),
         flops=summarize(group.as_graph()).total_flops,
+        output_views=output_views,
     )
 
 
@@ -501,6 +507,7 @@ def _metadata(
                 "inputs": list(record.inputs),
                 "outputs": list(record.outputs),
                 "flops": record.flops,
+                **({"output_views": True} if record.output_views else {}),
             }
             for record in plan.groups
         ],

@@ -62,9 +62,10 @@ def test_tune_writes_a_log_with_weights_and_prints_table_and_summary(
     records = load_records(log)
     trials = [record for record in records if record.is_trial]
     assert len(trials) == 16
-    # The end-of-run check wrote each tuned task's time in the network and its
-    # default's there, in pairs.
-    assert (len(records) - len(trials)) % 2 == 0
+    # The end-of-run check wrote the times in the network of each tuned task's
+    # default and fastest schedules.
+    in_network = [record for record in records if not record.is_trial]
+    assert in_network and all(record.result.in_network for record in in_network)
     assert "with the default schedules profiled alternately" in out
     assert all(record.task.weight == 1 for record in records)
     assert all(record.task.flops for record in records)
@@ -123,14 +124,17 @@ def test_resume_measures_nothing_twice(
     assert "Measured in the network: " in out and "the estimate is " in out
 
 
-def test_a_default_faster_in_the_network_wins_over_the_tuned_schedule(
+def test_the_check_in_the_network_gives_each_task_its_fastest_schedule_there(
     tuned_log: tuple[Path, str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The end-of-run check: where a task's default schedule runs faster in the network
-    than its tuned one, the records give the default (`ember compile` builds it)."""
+    """The end-of-run check: each tuned task's default and fastest schedules run in its
+    steps in turn; the records then give each task the one fastest in the network (the
+    default where that won, not only the lone best otherwise), and `ember compile`
+    builds those."""
+    from ember.autoschedule import calibration
     from ember.autoschedule.records import ApplyHistoryBest
     from ember.schedule.default import default_schedule
 
@@ -138,42 +142,49 @@ def test_a_default_faster_in_the_network_wins_over_the_tuned_schedule(
     log.write_text("".join(r.to_line() for r in load_records(tuned_log[0]) if r.is_trial))
     graph, params = load_model("mlp", parse_shapes(SMALL_MLP[2]))
     tasks, _ = extract_tasks(graph, params, "llvm")
-    tuned = {t: ApplyHistoryBest(log).best(t.workload_key, "llvm") for t in tasks}
-    compared = [
-        i for i, t in enumerate(tasks)
-        if steps_key(tuned[t].steps) != steps_key(default_schedule(t.compute_dag, t.target).steps)  # type: ignore[union-attr, arg-type]
-    ]  # fmt: skip
-    assert compared, "the 16 trials found no schedule other than the defaults"
-    slow = compared[0]
-    profiles = []
+    fastest = tune_command._fastest_trials(str(log), tasks, tune_command.CHECK_CANDIDATES)
+    defaults = [
+        steps_key(default_schedule(t.compute_dag, t.target).steps)  # type: ignore[arg-type]
+        for t in tasks
+    ]
+    tuned = [
+        [r for r in records if steps_key(r.steps) != default]
+        for records, default in zip(fastest, defaults, strict=True)
+    ]
+    checked = [i for i, candidates in enumerate(tuned) if candidates]
+    assert checked, "the 16 trials found no schedule other than the defaults"
+    slow = checked[0]
+    swapped: list[tuple[int, int]] = []
+
+    def fake_swaps(module, tasks, index, libraries, rounds=3, repeat=5):  # type: ignore[no-untyped-def]
+        swapped.append((index, len(libraries)))
+        assert all(library.ok for library in libraries)
+        if index == slow:  # the default (first) wins in the network
+            return [1e-4] + [2e-4] * (len(libraries) - 1)
+        return [3e-4 - 1e-5 * position for position in range(len(libraries))]  # the last
 
     def fake_profiles(modules, tasks):  # type: ignore[no-untyped-def]
-        profiles.append(len(modules))
-        tuned_times = [1e-4] * len(tasks)
-        tuned_times[slow] = 5e-4  # this tuned schedule loses in the network
-        return [(tuned_times, 1.0e-3), ([2e-4] * len(tasks), 1.2e-3)]
+        return [([1e-4] * len(tasks), 1.0e-3), ([2e-4] * len(tasks), 1.2e-3)]
 
+    monkeypatch.setattr(calibration, "swapped_in_network_times", fake_swaps)
     monkeypatch.setattr(tune_command, "_alternate_profiles", fake_profiles)
     result = SchedulerResult.__new__(SchedulerResult)
     monkeypatch.setattr(SchedulerResult, "estimated_latency", 1.1e-3)
     lines = tune_command.check_in_network(graph, params, tasks, str(log), result)
-    out = capsys.readouterr().out
-    assert "the estimate is 110% of the measured time" in out
-    assert f"1 of {len(compared)} tuned tasks ran slower in the network" in out
-    assert f"(ID {slow})" in out and lines == [
-        "With them: 1.000 ms, against 1.200 ms with the default schedules (1.20x)"
+    assert swapped == [(i, 1 + len(tuned[i])) for i in checked]
+    assert lines == [
+        f"{len(checked)} tuned tasks checked in the network: {len(checked) - 1} run a tuned "
+        f"schedule, 1 ran fastest with their default (ID {slow}) (the records now say so: "
+        "in-network records)",
+        "Measured in the network: 1.000 ms with the chosen schedules, against 1.200 ms with "
+        "the default schedules profiled alternately (1.20x); the estimate is 110% of it",
     ]
-    assert profiles == [2, 2]  # the check, then the network with the defaults chosen
     chosen = ApplyHistoryBest(log)
-    for index in compared:
-        task = tasks[index]
-        expected = default_schedule(task.compute_dag, task.target) if index == slow else None
-        best = chosen.best(task.workload_key, "llvm")
+    for index in checked:
+        best = chosen.best(tasks[index].workload_key, "llvm")
         assert best is not None and not best.is_trial
-        if expected is not None:
-            assert steps_key(best.steps) == steps_key(expected.steps)  # type: ignore[arg-type]
-        else:
-            assert steps_key(best.steps) == steps_key(tuned[task].steps)  # type: ignore[union-attr]
+        want = defaults[index] if index == slow else steps_key(tuned[index][-1].steps)
+        assert steps_key(best.steps) == want
 
 
 def test_records_train_a_cost_model_that_warm_starts_tuning(
@@ -230,7 +241,7 @@ def test_a_failed_check_in_the_network_leaves_the_trials_bests(
     def fail(*args: object, **kwargs: object) -> None:
         raise calibration.CalibrationError("the profile of the network has no step")
 
-    monkeypatch.setattr(tune_command, "_alternate_profiles", fail)
+    monkeypatch.setattr(calibration, "swapped_in_network_times", fail)
     log = tmp_path / "log.json"
     code, out, _ = run_cli(capsys, "tune", *SMALL_MLP, "--trials", "4", "--per-round", "4",
                            *FAST, "--timing", "cold-weights", "-o", log)  # fmt: skip

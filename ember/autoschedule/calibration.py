@@ -37,7 +37,14 @@ from typing import Protocol
 
 import numpy as np
 
-from ember.autoschedule.measure import Builder, MeasureInput, Runner, Timing, release
+from ember.autoschedule.measure import (
+    Builder,
+    BuildResult,
+    MeasureInput,
+    Runner,
+    Timing,
+    release,
+)
 from ember.autoschedule.task import SearchTask
 from ember.errors import EmberError
 from ember.runtime.module import Module, ModuleInfo
@@ -50,6 +57,10 @@ CALIBRATION_REPEAT = 20
 # (in_network_times).
 CALIBRATION_PROFILES = 3
 PROFILE_PAUSE_SECONDS = 0.2
+# Candidates timed inside the network (swapped_in_network_times): turns of profiles of
+# this many runs each. A ResNet-18 of 12 ms: 0.2 s a candidate.
+SWAP_ROUNDS = 3
+SWAP_REPEAT = 5
 # Which timing wins a tie (equal errors): the one that models a network best by design.
 TIMING_PREFERENCE = (Timing.COLD_WEIGHTS, Timing.WARM, Timing.COLD)
 # Another timing replaces cold-weights only with an error this much smaller (a share of
@@ -230,6 +241,43 @@ def alternating_in_network_times(
         _per_task(module, module_rows, seconds, tasks)
         for module, module_rows, seconds in zip(modules, rows, step_seconds, strict=True)
     ]
+
+
+class SwappableModule(ProfiledModule, Protocol):
+    """A network whose steps can run other kernels (`ember.runtime.Module`)."""
+
+    def kernel_steps(self, workload_key: str) -> list[int]: ...
+
+    def set_step_kernel(self, step: int, library: str | None = None, symbol: str = "") -> None: ...
+
+
+def swapped_in_network_times(
+    module: SwappableModule,
+    tasks: Sequence[SearchTask],
+    index: int,
+    libraries: Sequence[BuildResult],
+    rounds: int = SWAP_ROUNDS,
+    repeat: int = SWAP_REPEAT,
+) -> list[float]:
+    """Task `index`'s seconds per call inside `module`, its steps running each of
+    `libraries` (its candidates, built by a tuning builder) in turn: each one's least
+    time over `rounds` turns of profiles of `repeat` runs, so that the machine's
+    drift falls on all alike. The steps get their own kernels back after."""
+    steps = module.kernel_steps(tasks[index].workload_key)
+    if not steps:
+        raise CalibrationError(f"the network has no step of task {tasks[index].desc} to swap")
+    least = [math.inf] * len(libraries)
+    try:
+        for _ in range(rounds):
+            for position, library in enumerate(libraries):
+                for step in steps:
+                    module.set_step_kernel(step, library.path, library.symbol)
+                seconds = in_network_times(module, tasks, repeat, profiles=1)[0][index]
+                least[position] = min(least[position], seconds)
+    finally:
+        for step in steps:
+            module.set_step_kernel(step, None)
+    return least
 
 
 def _per_task(

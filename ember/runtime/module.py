@@ -430,8 +430,14 @@ class Module:
 
     def kernel_steps(self, workload_key: str) -> list[int]:
         """The indices of the steps that run a group of `workload_key` (a tuning
-        task's: `SearchTask.workload_key`), in run order."""
-        keyed = {group.name for group in self.info.groups if group.workload_key == workload_key}
+        task's: `SearchTask.workload_key`), in run order, where a kernel of the task
+        can stand in for the group's (`set_step_kernel`): not those whose kernel writes
+        views of a larger output (an in-place concatenation's inputs)."""
+        keyed = {
+            group.name
+            for group in self.info.groups
+            if group.workload_key == workload_key and not group.output_views
+        }
         library = self._abi.library
         names = [_text(library.ember_step_name(i)) for i in range(library.ember_num_steps())]
         return [index for index, name in enumerate(names) if name in keyed]

@@ -26,6 +26,8 @@ class GroupInfo:
     kernel: str
     workload_key: str | None
     flops: int | None
+    # Its kernel writes views of larger outputs (mod.json's "output_views").
+    output_views: bool = False
 
     @staticmethod
     def list_from_metadata(metadata: Mapping[str, object]) -> tuple[GroupInfo, ...]:
@@ -45,6 +47,7 @@ class GroupInfo:
                     kernel=str(entry["kernel"]),
                     workload_key=None if key is None else str(key),
                     flops=None if flops is None else int(flops),
+                    output_views=entry.get("output_views") is True,
                 )
             except (AttributeError, KeyError, TypeError, ValueError):
                 return ()
