@@ -417,6 +417,12 @@ def test_branches_write_their_slices_of_the_concatenation(axis: int, as_output: 
     module.run()
     expected = interpret(graph, params, {"data": x})[graph.outputs[0].name]
     np.testing.assert_allclose(module.get_output(0), expected, rtol=RTOL, atol=ATOL)
+    # A kernel of the producers' tasks compiled alone writes whole outputs, not their
+    # slices: the metadata says so, and no step of theirs is offered for swapping.
+    writers = [g for g in module.info.groups if g.output_views]
+    assert {g.name for g in writers} == set(producers)
+    for group in writers:
+        assert group.workload_key and module.kernel_steps(group.workload_key) == []
 
 
 @pytest.mark.parametrize(
