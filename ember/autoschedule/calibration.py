@@ -262,10 +262,22 @@ def swapped_in_network_times(
     """Task `index`'s seconds per call inside `module`, its steps running each of
     `libraries` (its candidates, built by a tuning builder) in turn: each one's least
     time over `rounds` turns of profiles of `repeat` runs, so that the machine's
-    drift falls on all alike. The steps get their own kernels back after."""
-    steps = module.kernel_steps(tasks[index].workload_key)
-    if not steps:
-        raise CalibrationError(f"the network has no step of task {tasks[index].desc} to swap")
+    drift falls on all alike. The steps get their own kernels back after. Raises
+    CalibrationError where a library did not build, or where some step of the task
+    cannot take a kernel built alone (`Module.kernel_steps`): its time would mix in
+    the step's own kernel."""
+    task = tasks[index]
+    steps = module.kernel_steps(task.workload_key)
+    groups = [group for group in module.info.groups if group.workload_key == task.workload_key]
+    if not steps or len(steps) != len(groups):
+        raise CalibrationError(
+            f"{len(groups) - len(steps)} of the {len(groups)} steps of task {task.desc} "
+            "cannot run a kernel built alone (they write slices of a concatenation)"
+            if steps
+            else f"the network has no step of task {task.desc} to run a candidate in"
+        )
+    if not all(library.ok for library in libraries):
+        raise CalibrationError(f"a candidate of task {task.desc} did not build")
     least = [math.inf] * len(libraries)
     try:
         for _ in range(rounds):

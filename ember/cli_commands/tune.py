@@ -371,7 +371,10 @@ def _tune(args: argparse.Namespace) -> int:
     runs_here = args.rpc_tracker is None and tasks[0].target.is_host
     if runs_here and args.tuning_records in (None, args.output) and Path(args.output).exists():
         try:
-            lines = check_in_network(graph, params, tasks, args.output, result)
+            from ember.autoschedule import LocalBuilder
+
+            with LocalBuilder(n_parallel=args.parallel, timeout=args.timeout) as builder:
+                lines = check_in_network(graph, params, tasks, args.output, result, builder)
         except EmberError as error:  # the records stand as the trials left them
             lines = [
                 f"The check in the network failed ({error}); the records keep the trials' bests"
@@ -430,6 +433,7 @@ def check_in_network(
     tasks: Sequence[SearchTask],
     records: str,
     result: SchedulerResult,
+    builder: Builder,
 ) -> list[str]:
     """Which schedule each tuned task runs, decided inside the network. A schedule
     that wins alone can lose there (ViT-B/16: the 2000-trial bests ran 9% slower in
@@ -441,8 +445,10 @@ def check_in_network(
     goes into the records as an in-network record, so that `ember compile` builds each
     task with whichever ran fastest in the network
     (`ember.autoschedule.records.distill`). Then the network built with the records is
-    profiled in alternation with the default one. Returns the lines to print."""
-    from ember.autoschedule import LocalBuilder
+    profiled in alternation with the default one. A task whose schedules do not all
+    build, or whose steps cannot take a kernel built alone (it writes slices of a
+    concatenation), or whose timing fails, keeps the trials' best. Returns the lines to
+    print."""
     from ember.autoschedule.calibration import swapped_in_network_times
     from ember.autoschedule.measure import MeasureInput, release
     from ember.autoschedule.records import MeasureRecord, RecordResult, RecordToFile, steps_key
@@ -458,35 +464,35 @@ def check_in_network(
     fastest = _fastest_trials(records, tasks, CHECK_CANDIDATES)
     checked: list[int] = []
     defaults: list[int] = []
+    unchecked: list[str] = []
     new_records: list[MeasureRecord] = []
-    with _network(graph, params, tasks) as default, LocalBuilder() as builder:
+    with _network(graph, params, tasks) as default:
         for index, task in enumerate(tasks):
             default_state = default_schedule(task.compute_dag, task.target)
             default_steps: tuple[Step, ...] = tuple(default_state.steps)  # type: ignore[arg-type]
             tuned = [r for r in fastest[index] if steps_key(r.steps) != steps_key(default_steps)]
-            groups = [g for g in default.info.groups if g.workload_key == task.workload_key]
-            if not tuned or len(default.kernel_steps(task.workload_key)) != len(groups):
-                continue  # nothing tuned, or a kernel writing views: the trials decide
+            if not tuned:
+                continue
             schedules = [default_steps, *(record.steps for record in tuned)]
-            inputs = [MeasureInput(task, replay(task.compute_dag, s)) for s in schedules]
-            built = builder.build(inputs)
             try:
-                ran = [position for position, library in enumerate(built) if library.ok]
-                if 0 not in ran:
-                    continue
-                seconds = swapped_in_network_times(
-                    default, tasks, index, [built[position] for position in ran]
-                )
-            finally:
-                release(built)
+                inputs = [MeasureInput(task, replay(task.compute_dag, s)) for s in schedules]
+                built = builder.build(inputs)
+                try:
+                    if not all(library.ok for library in built):
+                        unchecked.append(f"{index} (a schedule did not build)")
+                        continue
+                    seconds = swapped_in_network_times(default, tasks, index, built)
+                finally:
+                    release(built)
+            except EmberError as error:
+                unchecked.append(f"{index} ({error})")
+                continue
             checked.append(index)
-            if min(range(len(ran)), key=seconds.__getitem__) == 0:
+            if min(range(len(seconds)), key=seconds.__getitem__) == 0:
                 defaults.append(index)
             new_records += [
-                MeasureRecord(
-                    tuned[0].task, schedules[position], RecordResult((time,), in_network=True)
-                )
-                for position, time in zip(ran, seconds, strict=True)
+                MeasureRecord(tuned[0].task, steps, RecordResult((time,), in_network=True))
+                for steps, time in zip(schedules, seconds, strict=True)
             ]
         RecordToFile(records).write(new_records)
         with _network(graph, params, tasks, records) as chosen:
@@ -498,10 +504,14 @@ def check_in_network(
         else ""
     )
     kept = f" (ID {', '.join(map(str, defaults))})" if defaults else ""
+    skipped = (
+        [f"Not checked, the trials' bests kept: ID {', '.join(unchecked)}"] if unchecked else []
+    )
     return [
         f"{len(checked)} tuned tasks checked in the network: {len(checked) - len(defaults)} "
         f"run a tuned schedule, {len(defaults)} ran fastest with their default{kept} (the "
         "records now say so: in-network records)",
+        *skipped,
         f"Measured in the network: {_seconds(chosen_total)} with the chosen schedules, "
         f"against {_seconds(default_total)} with the default schedules profiled alternately "
         f"({default_total / chosen_total:.2f}x){of_estimate}",

@@ -17,9 +17,10 @@ ctypes pointer arrays once, so `run()` is a single ctypes call; `set_input` copi
 into an input buffer and `get_output` copies out of an output buffer, so arrays a
 caller holds never alias the module's memory. Each module owns one C instance (its
 own arena), so two modules of the same library run independently, also on two threads
-at once (ctypes releases the GIL); a swapped kernel is the library's, so it runs in
-both. One module used from several threads is safe too:
-its calls take turns (a lock), since they share the module's buffers and arena.
+at once (ctypes releases the GIL); a swapped kernel (`set_step_kernel`) is the
+library's, so it runs in both, and swapping must wait until neither runs. One module
+used from several threads is safe too: its calls take turns (a lock), since they share
+the module's buffers and arena.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import numpy as np
 
 from ember.device import device_model, host_cpu_features
 from ember.errors import ArtifactError, ExecutionError, InputError, ResourceError, TargetError
-from ember.runtime.abi import ALIGNMENT, REBUILD_HINT, CLibrary, TensorSpec
+from ember.runtime.abi import ALIGNMENT, REBUILD_HINT, CLibrary, TensorSpec, load_library
 from ember.runtime.profile import GroupInfo, Profile
 from ember.target import Target, host_triple
 
@@ -452,7 +453,10 @@ class Module:
         (`LocalBuilder`: BuildResult.path and .symbol), takes the step's arguments.
         Nothing can check that in C, so anything else is undefined behaviour. The
         swap holds for every Module of this library in the process (the library has
-        one table of what its steps call)."""
+        one table of what its steps call; identical builds share one library), until
+        this module gives the steps back (`None`, `close`, or when it is collected);
+        so swap only while no Module of the library runs. The profile still names the
+        step's own kernel."""
         function = getattr(self._abi.library, "ember_set_step_kernel", None)
         if function is None:
             raise ArtifactError(
@@ -460,12 +464,13 @@ class Module:
                 "swap kernels; rebuild it with `ember compile`"
             )
         with self._lock:
+            self._check_open()
             if library is None:
                 address = None
             else:
                 try:
-                    replacement = ctypes.CDLL(str(library))
-                    address = ctypes.cast(getattr(replacement, symbol), ctypes.c_void_p).value
+                    replacement = load_library(Path(library))
+                    address = ctypes.cast(replacement[symbol], ctypes.c_void_p).value
                 except (OSError, AttributeError) as error:
                     raise ExecutionError(
                         f"cannot take the kernel {symbol!r} from {library}: {error}"
@@ -485,9 +490,12 @@ class Module:
             self._finalizer()
 
     def _check_ready(self) -> None:
+        self._check_open()
+        check_inputs_set(self.info.inputs, self._unset)
+
+    def _check_open(self) -> None:
         if not self._finalizer.alive:
             raise ExecutionError(f"{self.source}: the module was closed; load it again")
-        check_inputs_set(self.info.inputs, self._unset)
 
     def __repr__(self) -> str:
         inputs = ", ".join(map(str, self.info.inputs))

@@ -322,6 +322,13 @@ def test_a_step_runs_a_swapped_in_kernel_until_given_its_own_back(mlp, tmp_path:
     sketch = generate_sketches(task)
     (state,) = sample_initial_population(task, sketch, 1, random.Random(3))
     candidate = compile_kernel(state, "llvm", "candidate", path=tmp_path / "candidate.so")
+    try:
+        _swaps_and_restores(module, library, steps, candidate, x, want, tmp_path)
+    finally:
+        module.close()  # the steps get their own kernels back, for the other tests
+
+
+def _swaps_and_restores(module, library, steps, candidate, x, want, tmp_path) -> None:  # type: ignore[no-untyped-def]
     for step in steps:
         module.set_step_kernel(step, candidate.path, candidate.kernel.packed_symbol)
     np.testing.assert_allclose(module(data=x)["output"], want, rtol=1e-4, atol=1e-5)
@@ -352,6 +359,8 @@ def test_a_step_runs_a_swapped_in_kernel_until_given_its_own_back(mlp, tmp_path:
     assert (other(data=x)["output"] == 7.0).all()
     module.close()
     np.testing.assert_allclose(other(data=x)["output"], want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ExecutionError, match="the module was closed"):
+        module.set_step_kernel(steps[-1], sevens, "sevens")
 
 
 def test_set_step_kernel_errors(mlp, module: Module, tmp_path: Path) -> None:

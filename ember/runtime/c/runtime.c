@@ -222,6 +222,7 @@ EMBER_EXPORT const char* ember_step_name(int32_t step) {
   return step >= 0 && step < ember_model.num_steps ? ember_model.steps[step].name : NULL;
 }
 
+/* The kernel the step was built with (also while ember_set_step_kernel swapped it). */
 EMBER_EXPORT const char* ember_step_kernel(int32_t step) {
   return step >= 0 && step < ember_model.num_steps ? ember_model.steps[step].kernel : NULL;
 }
