@@ -273,7 +273,9 @@ class ComputeAtStep(Step):
             attach_stage=self.target_stage_id,
             attach_iter=iterator.name,
         )
-        return state.with_stage(self.stage_id, new_stage).with_step(self)
+        moved = state.with_stage(self.stage_id, new_stage)
+        _check_attached_readers(moved, self.stage_id)
+        return moved.with_step(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +312,32 @@ class ComputeRootStep(Step):
         stage = state.stage(self.stage_id)
         _require_compute(stage)
         new_stage = replace(stage, location=Location.ROOT, attach_stage=-1, attach_iter="")
-        return state.with_stage(self.stage_id, new_stage).with_step(self)
+        moved = state.with_stage(self.stage_id, new_stage)
+        _check_attached_readers(moved, self.stage_id)
+        return moved.with_step(self)
+
+
+def _check_attached_readers(state: State, moved: int) -> None:
+    """After stage `moved` left its loop: every attached stage's readers must still be
+    its target or computed at its loop (or inside such a stage), since its buffer
+    lives inside that loop. A stage computed there for `moved` (a sibling of it, say a
+    cache read) would otherwise be read from outside the loop."""
+    for index, stage in enumerate(state.stages):
+        if stage.location is not Location.ATTACHED:
+            continue
+        target, loop = stage.attach_stage, stage.attach_iter
+        outside = [
+            i
+            for i in _effective_readers(state, index)
+            if i != target and not state.attached_under(i, target, loop)
+        ]
+        if outside:
+            names = ", ".join(state.stages[i].name for i in outside)
+            raise ScheduleError(
+                f"stage {stage.name!r} is computed at {state.stages[target].name!r} and read by "
+                f"{names}, which would be outside that loop after moving "
+                f"{state.stages[moved].name!r}; compute {stage.name!r} at root first"
+            )
 
 
 def _insert_stage(state: State, index: int, stage: Stage) -> State:

@@ -225,6 +225,18 @@ def test_illegal_steps_that_depend_on_earlier_ones() -> None:
     with pytest.raises(ScheduleError, match="of the reduce axis that 'rx' comes from"):
         RfactorStep(CONV, 5, 0).apply(other)
 
+    # A stage computed at a loop for a sibling there (a cache read at the loop the conv
+    # is computed at): moving the conv out would leave the cache read's reader outside.
+    siblings = apply(
+        initial(),
+        ComputeAtStep(CONV, 4, 1),
+        CacheReadStep(PAD, "local", (CONV,)),
+        ComputeAtStep(2, 5, 1),  # pad_temp.local at T_relu, beside the conv (now 4)
+    )
+    for move in (ComputeRootStep(4), ComputeAtStep(4, 5, 2)):
+        with pytest.raises(ScheduleError, match=r"compute 'pad_temp\.local' at root first"):
+            move.apply(siblings)
+
 
 def test_stage_names_must_be_unique_to_be_used() -> None:
     with pytest.raises(ScheduleError, match="matches 2 stages; use the stage index"):
