@@ -44,7 +44,7 @@ def main() -> None:
         swapped_in_network_times,
     )
     from ember.autoschedule.measure import MeasureInput, release
-    from ember.autoschedule.records import load_records, steps_key
+    from ember.autoschedule.records import fastest_trials
     from ember.cli_commands.common import load_model
     from ember.schedule import replay
     from ember.schedule.default import default_schedule
@@ -57,23 +57,15 @@ def main() -> None:
     print(f"{Path(args.model).name}: the network with default schedules, {total * 1e3:.3f} ms")
     order = sorted(range(len(tasks)), key=lambda i: -weights[i] * in_network[i])
     chosen = order[: args.tasks]
-    trials: dict[str, dict[str, tuple[float, list]]] = {tasks[i].workload_key: {} for i in chosen}
-    for record in load_records(args.log):
-        kept = trials.get(record.task.workload_key)
-        if kept is None or not record.is_valid or not record.is_trial:
-            continue
-        key = steps_key(record.steps)
-        if key not in kept or record.median_cost < kept[key][0]:
-            kept[key] = (record.median_cost, record.steps)
+    fastest = fastest_trials(args.log, [tasks[i].workload_key for i in chosen], args.top)
 
     lone_ratios: list[float] = []
     network_ratios: list[float] = []
     with LocalBuilder() as builder, LocalRunner.for_timing(Timing(args.timing)) as runner:
-        for index in chosen:
+        for index, records in zip(chosen, fastest, strict=True):
             task = tasks[index]
-            fastest = sorted(trials[task.workload_key].values(), key=lambda kept: kept[0])
             states = [default_schedule(task.compute_dag, task.target)] + [
-                replay(task.compute_dag, steps) for _, steps in fastest[: args.top]
+                replay(task.compute_dag, record.steps) for record in records
             ]
             inputs = [MeasureInput(task, state) for state in states]
             built = builder.build(inputs)

@@ -21,7 +21,7 @@ from onnx_models import one_node_model
 
 from ember.autoschedule import LocalBuilder, extract_tasks, load_records
 from ember.autoschedule.measure import Timing
-from ember.autoschedule.records import ErrorKind, MeasureRecord, steps_key
+from ember.autoschedule.records import ErrorKind, MeasureRecord, fastest_trials, steps_key
 from ember.autoschedule.task_scheduler import SchedulerResult
 from ember.cli import build_parser, main
 from ember.cli_commands import tune as tune_command
@@ -143,7 +143,8 @@ def test_the_check_in_the_network_gives_each_task_its_fastest_schedule_there(
     log.write_text("".join(r.to_line() for r in load_records(tuned_log[0]) if r.is_trial))
     graph, params = load_model("mlp", parse_shapes(SMALL_MLP[2]))
     tasks, _ = extract_tasks(graph, params, "llvm")
-    fastest = tune_command._fastest_trials(str(log), tasks, tune_command.CHECK_CANDIDATES)
+    keys = [task.workload_key for task in tasks]
+    fastest = fastest_trials(str(log), keys, tune_command.CHECK_CANDIDATES)
     defaults = [
         steps_key(default_schedule(t.compute_dag, t.target).steps)  # type: ignore[arg-type]
         for t in tasks

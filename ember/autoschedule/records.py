@@ -366,6 +366,25 @@ def distill(records: Iterable[MeasureRecord]) -> list[MeasureRecord]:
     return [record for record in chosen_records if record is not None]
 
 
+def fastest_trials(
+    source: str | os.PathLike[str] | Iterable[MeasureRecord],
+    workload_keys: Sequence[str],
+    count: int,
+) -> list[list[MeasureRecord]]:
+    """Per workload key, the valid trial records (timed alone) of up to `count`
+    distinct schedules, fastest first: each schedule by its fastest record."""
+    position = {key: index for index, key in enumerate(workload_keys)}
+    fastest: list[dict[str, MeasureRecord]] = [{} for _ in workload_keys]
+    for record in _records(source):
+        index = position.get(record.task.workload_key)
+        if index is None or not record.is_trial or not record.is_valid:
+            continue
+        kept, key = fastest[index], steps_key(record.steps)
+        if key not in kept or record.median_cost < kept[key].median_cost:
+            kept[key] = record
+    return [sorted(kept.values(), key=lambda r: r.median_cost)[:count] for kept in fastest]
+
+
 def default_distill_output(path: str | os.PathLike[str]) -> Path:
     """`log.json` -> `log.best.json`."""
     path = Path(path)

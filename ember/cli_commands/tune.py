@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from ember.autoschedule.builder import LocalBuilder
     from ember.autoschedule.calibration import Calibration
     from ember.autoschedule.measure import Builder, Runner
-    from ember.autoschedule.records import MeasureRecord
     from ember.autoschedule.runner import TimingRunner
     from ember.autoschedule.task import SearchTask
     from ember.autoschedule.task_scheduler import SchedulerResult, TaskScheduler
@@ -451,7 +450,13 @@ def check_in_network(
     print."""
     from ember.autoschedule.calibration import swapped_in_network_times
     from ember.autoschedule.measure import MeasureInput, release
-    from ember.autoschedule.records import MeasureRecord, RecordResult, RecordToFile, steps_key
+    from ember.autoschedule.records import (
+        MeasureRecord,
+        RecordResult,
+        RecordToFile,
+        fastest_trials,
+        steps_key,
+    )
     from ember.schedule import replay
     from ember.schedule.default import default_schedule
     from ember.schedule.steps import Step
@@ -461,7 +466,7 @@ def check_in_network(
         "fastest schedules and its default, run in its steps in turn",
         flush=True,
     )
-    fastest = _fastest_trials(records, tasks, CHECK_CANDIDATES)
+    fastest = fastest_trials(records, [task.workload_key for task in tasks], CHECK_CANDIDATES)
     checked: list[int] = []
     defaults: list[int] = []
     unchecked: list[str] = []
@@ -516,25 +521,6 @@ def check_in_network(
         f"against {_seconds(default_total)} with the default schedules profiled alternately "
         f"({default_total / chosen_total:.2f}x){of_estimate}",
     ]
-
-
-def _fastest_trials(
-    records: str, tasks: Sequence[SearchTask], count: int
-) -> list[list[MeasureRecord]]:
-    """Per task, the valid trial records of `count` distinct schedules, fastest (by
-    their lone times) first."""
-    from ember.autoschedule.records import load_records, steps_key
-
-    by_key = {task.workload_key: index for index, task in enumerate(tasks)}
-    fastest: list[dict[str, MeasureRecord]] = [{} for _ in tasks]
-    for record in load_records(records):
-        index = by_key.get(record.task.workload_key)
-        if index is None or not record.is_trial or not record.is_valid:
-            continue
-        kept, key = fastest[index], steps_key(record.steps)
-        if key not in kept or record.median_cost < kept[key].median_cost:
-            kept[key] = record
-    return [sorted(kept.values(), key=lambda r: r.median_cost)[:count] for kept in fastest]
 
 
 def _alternate_profiles(

@@ -76,6 +76,12 @@ def _effective_readers(state: State, index: int) -> list[int]:
     return found
 
 
+def _readers_outside(state: State, readers: list[int], target: int, loop: str) -> list[int]:
+    """Those of `readers` that are neither `target` nor computed at its loop `loop`
+    (or inside a stage that is): where a buffer living inside that loop is out of reach."""
+    return [i for i in readers if i != target and not state.attached_under(i, target, loop)]
+
+
 def _require_compute(stage: Stage) -> None:
     if stage.is_placeholder:
         raise ScheduleError(f"stage {stage.name!r} is a placeholder and has no loops")
@@ -250,14 +256,11 @@ class ComputeAtStep(Step):
         if any(stage.tensor is t for t in state.dag.outputs):
             raise ScheduleError(f"stage {stage.name!r} is an output and must stay at root")
         readers = _effective_readers(state, self.stage_id)
-        siblings = [
-            i for i in readers if state.attached_under(i, self.target_stage_id, iterator.name)
-        ]
-        if self.target_stage_id not in readers and not siblings:
+        others = _readers_outside(state, readers, self.target_stage_id, iterator.name)
+        if self.target_stage_id not in readers and len(others) == len(readers):
             raise ScheduleError(
                 f"stage {target.name!r} does not read {stage.name!r}; compute_at needs a consumer"
             )
-        others = [i for i in readers if i != self.target_stage_id and i not in siblings]
         if others:
             names = ", ".join(state.stages[i].name for i in others)
             raise ScheduleError(
@@ -326,11 +329,7 @@ def _check_attached_readers(state: State, moved: int) -> None:
         if stage.location is not Location.ATTACHED:
             continue
         target, loop = stage.attach_stage, stage.attach_iter
-        outside = [
-            i
-            for i in _effective_readers(state, index)
-            if i != target and not state.attached_under(i, target, loop)
-        ]
+        outside = _readers_outside(state, _effective_readers(state, index), target, loop)
         if outside:
             names = ", ".join(state.stages[i].name for i in outside)
             raise ScheduleError(
