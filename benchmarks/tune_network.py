@@ -16,6 +16,7 @@ does, so that every runtime reads the same file). Steps:
    threads, the same seeded input) timed in alternating blocks (compare.py's method:
    `--repeat` rounds of `--block` runs of each, each block after settling), medians;
 4. printed: the estimate / the tuned artifact's median (the issue's "within 5%"),
+   split at the chosen network's time as `ember tune`'s check measured it,
    tuned / ORT, untuned / ORT, and the largest output difference from ORT.
 """
 
@@ -80,7 +81,17 @@ def tune(onnx_path: Path, log: Path, args: argparse.Namespace) -> tuple[float, s
 
 def estimated_ms(output: str) -> float | None:
     """The last 'Estimated end-to-end latency: X ms' (or us) of `ember tune`'s output."""
-    found = re.findall(r"Estimated end-to-end latency: ([\d.]+) (ms|us)", output)
+    return _last_ms(r"Estimated end-to-end latency: ([\d.]+) (ms|us)", output)
+
+
+def checked_ms(output: str) -> float | None:
+    """The chosen network's time as `ember tune`'s last check measured it ('Measured in
+    the network: X ms with the chosen schedules')."""
+    return _last_ms(r"Measured in the network: ([\d.]+) (ms|us) with the chosen", output)
+
+
+def _last_ms(pattern: str, output: str) -> float | None:
+    found = re.findall(pattern, output)
     if not found:
         return None
     value, unit = found[-1]
@@ -97,14 +108,14 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         onnx_path = _onnx_file(args.model, args, work)
         name = Path(args.model).stem
-        estimate = None
+        estimate = checked = None
         if args.records:
             log = Path(args.records)
         else:
             log = work / f"{name}.records.json"
             log.unlink(missing_ok=True)
             wall, output = tune(onnx_path, log, args)
-            estimate = estimated_ms(output)
+            estimate, checked = estimated_ms(output), checked_ms(output)
             print(f"tuning wall time {wall:.0f} s", flush=True)
         tuned, untuned = work / f"{name}.tuned.tar", work / f"{name}.untuned.tar"
         compile_args = argparse.Namespace(
@@ -130,6 +141,16 @@ def main() -> None:
         print(
             f"{name}: estimate {estimate:.3f} ms / tuned {tuned_ms:.3f} ms = "
             f"{estimate / tuned_ms:.3f}"
+        )
+    if estimate is not None and checked is not None:
+        # Splits estimate / tuned into the estimate's own error (against the network
+        # measured at the same moment) and the rest: the machine's drift since, and the
+        # check's measure (each step's least of 3 profiles) against the alternation's
+        # (medians of whole runs).
+        print(
+            f"{name}: the check measured the chosen network at {checked:.3f} ms: estimate / "
+            f"that {estimate / checked:.3f}, that / tuned {checked / tuned_ms:.3f} (drift "
+            "since the check, and its least-of-profiles measure against whole-run medians)"
         )
 
 

@@ -107,6 +107,14 @@ def test_resume_measures_nothing_twice(
     # Calibrated however busy the machine is (a busy one falls back to cold-weights:
     # test_a_failed_calibration_falls_back_to_cold_weights).
     monkeypatch.setattr(calibration, "MAX_PLAUSIBLE_ERROR", math.inf)
+    built: list[str | None] = []  # the records each network was built with
+    open_network = tune_command._open_network
+
+    def counted(graph, params, tasks, tuning_records=None):  # type: ignore[no-untyped-def]
+        built.append(tuning_records)
+        return open_network(graph, params, tasks, tuning_records)
+
+    monkeypatch.setattr(tune_command, "_open_network", counted)
     log, _ = tuned_log
     resumed = tmp_path / "resumed.json"
     resumed.write_bytes(log.read_bytes())
@@ -114,6 +122,11 @@ def test_resume_measures_nothing_twice(
                            *FAST, "--tuning-records", resumed, "-o", resumed)  # fmt: skip
     assert code == 0
     assert f"resuming from {resumed}" in out and f"Records: {resumed} (32 new)" in out
+    # One network of default schedules, the calibration's: the recalibrations ran
+    # the bests in its steps and the check its candidates; built from the records,
+    # only the check's network of the chosen schedules.
+    assert out.count("Recalibrated on the network with the best schedules") >= 2
+    assert built == [None, str(resumed)]
     records = [record for record in load_records(resumed) if record.is_trial]
     assert len(records) == 48
     seen = [(r.task.workload_key, steps_key(r.steps)) for r in records]

@@ -267,15 +267,7 @@ def swapped_in_network_times(
     cannot take a kernel built alone (`Module.kernel_steps`): its time would mix in
     the step's own kernel."""
     task = tasks[index]
-    steps = module.kernel_steps(task.workload_key)
-    groups = [group for group in module.info.groups if group.workload_key == task.workload_key]
-    if not steps or len(steps) != len(groups):
-        raise CalibrationError(
-            f"{len(groups) - len(steps)} of the {len(groups)} steps of task {task.desc} "
-            "cannot run a kernel built alone (they write slices of a concatenation)"
-            if steps
-            else f"the network has no step of task {task.desc} to run a candidate in"
-        )
+    steps = _swappable_steps(module, task)
     if not all(library.ok for library in libraries):
         raise CalibrationError(f"a candidate of task {task.desc} did not build")
     least = [math.inf] * len(libraries)
@@ -290,6 +282,52 @@ def swapped_in_network_times(
         for step in steps:
             module.set_step_kernel(step, None)
     return least
+
+
+def swapped_network_times(
+    module: SwappableModule,
+    tasks: Sequence[SearchTask],
+    kernels: Mapping[int, BuildResult],
+    repeat: int = CALIBRATION_REPEAT,
+    profiles: int = CALIBRATION_PROFILES,
+) -> tuple[list[float], float, float]:
+    """`in_network_times` of `module` with the steps of each task index in `kernels`
+    running that library's kernel (a candidate built by a tuning builder) instead of
+    their own: a network with those schedules, without building it again. The steps
+    get their own kernels back after. Raises CalibrationError, before it swaps any,
+    where a library did not build or a task's steps cannot take a kernel built alone."""
+    swaps = [
+        (_swappable_steps(module, tasks[index]), library)
+        for index, library in sorted(kernels.items())
+    ]
+    failed = [tasks[index].desc for index, library in kernels.items() if not library.ok]
+    if failed:
+        raise CalibrationError(f"the candidate of task(s) {failed[:3]} did not build")
+    try:
+        for steps, library in swaps:
+            for step in steps:
+                module.set_step_kernel(step, library.path, library.symbol)
+        return in_network_times(module, tasks, repeat, profiles)
+    finally:
+        for steps, _ in swaps:
+            for step in steps:
+                module.set_step_kernel(step, None)
+
+
+def _swappable_steps(module: SwappableModule, task: SearchTask) -> list[int]:
+    """The steps of `task` in `module`, all of which can run a kernel built alone; a
+    CalibrationError where some cannot (they write slices of a concatenation) or the
+    network has none."""
+    steps = module.kernel_steps(task.workload_key)
+    groups = [group for group in module.info.groups if group.workload_key == task.workload_key]
+    if not steps or len(steps) != len(groups):
+        raise CalibrationError(
+            f"{len(groups) - len(steps)} of the {len(groups)} steps of task {task.desc} "
+            "cannot run a kernel built alone (they write slices of a concatenation)"
+            if steps
+            else f"the network has no step of task {task.desc} to run a candidate in"
+        )
+    return steps
 
 
 def _per_task(

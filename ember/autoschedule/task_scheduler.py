@@ -38,7 +38,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -46,7 +46,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ember.autoschedule.calibration import Calibration, estimated_latency
 from ember.autoschedule.cost_model import CostModel, RandomModel
-from ember.autoschedule.measure import Builder, MeasureInput, MeasureResult, Runner, release
+from ember.autoschedule.measure import (
+    Builder,
+    BuildResult,
+    MeasureInput,
+    MeasureResult,
+    Runner,
+    release,
+)
 from ember.autoschedule.records import load_records
 from ember.autoschedule.search import SearchParams
 from ember.autoschedule.task import SearchTask
@@ -77,9 +84,11 @@ MAX_ROUNDS_WITHOUT_VALID = 3
 # when the last task gets its first best (the estimate is defined from then on).
 RECALIBRATE_AT = (0.4, 0.8)
 
-# Per task, the in-network seconds per call of the network built with the best
-# schedules so far, and the seconds of the steps no task covers.
-NetworkProfiler = Callable[[], tuple[Sequence[float], float]]
+# Given the best schedules so far built (task index -> its library, which may have
+# failed to build; empty where the scheduler was given no builder), per task the
+# in-network seconds per call of the network with those schedules, and the seconds of
+# the steps no task covers.
+NetworkProfiler = Callable[[Mapping[int, BuildResult]], tuple[Sequence[float], float]]
 
 
 @dataclass(frozen=True)
@@ -202,9 +211,9 @@ class TaskScheduler:
         """Re-measure the ratios during `tune`, once the trials pass each share `at` of
         the budget and once every task has a best (the end of the warm-up, where the
         estimate becomes defined: with 200 trials over 33 tasks that is the end of the
-        run, and ratios measured before it covered too few tasks): `profiler` builds
-        the network with the best schedules so far and profiles it, and each task with
-        a best gets ratio = its in-network time / its best's lone time. A calibration
+        run, and ratios measured before it covered too few tasks): `profiler` is given
+        the best schedules so far, built, and profiles the network with them, and each
+        task with a best gets ratio = its in-network time / its best's lone time. A calibration
         measures the default schedules' ratios, which tuned schedules do not keep (a
         stride-2 conv's default ran at 0.72-0.87x its lone time in the network, its
         tuned schedule at 1.1x): re-measured on the schedules the estimate sums, the
@@ -237,8 +246,13 @@ class TaskScheduler:
                 # Alone before and after the profile, the least of the two: a burst of
                 # another tenant's work only ever slows a timing down.
                 self._lower(now, bests, runner.run(inputs, built))
+            libraries = (
+                {index: library for (index, _), library in zip(bests, built, strict=True)}
+                if built
+                else {}
+            )
             try:
-                in_network, untuned = self._profiler()
+                in_network, untuned = self._profiler(libraries)
             except EmberError as error:
                 return f"Recalibration skipped: profiling the tuned network failed ({error})"
             if runner is not None and built:

@@ -18,7 +18,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,10 +37,10 @@ from ember.target import Target
 if TYPE_CHECKING:
     from ember.autoschedule.builder import LocalBuilder
     from ember.autoschedule.calibration import Calibration
-    from ember.autoschedule.measure import Builder, Runner
+    from ember.autoschedule.measure import Builder, BuildResult, Runner
     from ember.autoschedule.runner import TimingRunner
     from ember.autoschedule.task import SearchTask
-    from ember.autoschedule.task_scheduler import SchedulerResult, TaskScheduler
+    from ember.autoschedule.task_scheduler import NetworkProfiler, SchedulerResult, TaskScheduler
     from ember.autoschedule.tuning import TuningOptions
     from ember.graph.ir import Graph, Params
     from ember.runtime.module import Module
@@ -260,11 +260,14 @@ def _calibrate(
     weights: Sequence[int],
     builder: LocalBuilder,
     runner: TimingRunner,
-) -> Calibration | None:
+) -> tuple[Calibration, Module] | None:
     """With --timing auto: calibrate (ember.autoschedule.calibration), print what it
     measured and set the runner's timing; the user's --number/--repeat/--min-repeat-ms
-    apply to the chosen timing. None when the timing was given, or for boards (they
-    are timed cold-weights: calibration runs the network on this machine)."""
+    apply to the chosen timing. Returns the calibration and the network it ran (default
+    schedules, inputs set), left open for the recalibrations and the last check to
+    run candidates in; the caller closes it. None when the timing was given, or for
+    boards (they are timed cold-weights: calibration runs the network on this
+    machine)."""
     if args.timing != AUTO_TIMING:
         return None
     from ember.autoschedule.calibration import calibrate
@@ -277,16 +280,23 @@ def _calibrate(
         )  # fmt: skip
         return None
     print("Calibrating the timing: building the network with default schedules", flush=True)
+    module = None
     try:
-        with _network(graph, params, tasks) as module:
-            print(f"Calibrating the timing: timing {len(tasks)} default schedules alone")
-            calibration = calibrate(module, tasks, weights, builder, runner)
+        module = _open_network(graph, params, tasks)
+        print(f"Calibrating the timing: timing {len(tasks)} default schedules alone")
+        calibration = calibrate(module, tasks, weights, builder, runner)
     except EmberError as error:  # tuning itself may still work, task by task
+        if module is not None:
+            module.close()
         _without_calibration(args, runner, f"the calibration failed: {error}")
         return None
+    except BaseException:
+        if module is not None:
+            module.close()
+        raise
     print("\n".join(calibration.table()))
     _use_timing(args, runner, calibration.timing)
-    return calibration
+    return calibration, module
 
 
 def _without_calibration(args: argparse.Namespace, runner: TimingRunner, why: str) -> None:
@@ -323,16 +333,43 @@ def _tune(args: argparse.Namespace) -> int:
     print("\n".join(describe_tasks(tasks, weights)))
     scheduler = _scheduler(args, tasks, weights)  # first: it refuses a missing cost model
     builder, runner = _measurers(args)
+    default_network: Module | None = None  # the calibration's, kept for the run
     try:
-        calibration = _calibrate(args, graph, params, tasks, weights, builder, runner)
-        if calibration is not None:
+        calibrated = _calibrate(args, graph, params, tasks, weights, builder, runner)
+        if calibrated is not None:
+            calibration, default_network = calibrated
             scheduler.set_calibration(calibration)
             if args.tuning_records in (None, args.output):  # the bests are all in -o
-                scheduler.set_network_profiler(_network_profiler(graph, params, tasks, args))
+                scheduler.set_network_profiler(
+                    _network_profiler(graph, params, tasks, args, default_network)
+                )
     except BaseException:
         builder.close()
         runner.close()
+        if default_network is not None:
+            default_network.close()
         raise
+    try:
+        return _tune_and_check(
+            args, graph, params, tasks, scheduler, builder, runner, default_network
+        )
+    finally:
+        if default_network is not None:
+            default_network.close()
+
+
+def _tune_and_check(
+    args: argparse.Namespace,
+    graph: Graph,
+    params: Params,
+    tasks: Sequence[SearchTask],
+    scheduler: TaskScheduler,
+    builder: LocalBuilder,
+    runner: TimingRunner,
+    default_network: Module | None,
+) -> int:
+    """Tune (closing `builder` and `runner` after), print the outcome, then check the
+    bests in the network (`check_in_network`, in `default_network` when given)."""
     options = _options(args, tasks, builder, runner)
     resumed = f", resuming from {args.tuning_records}" if args.tuning_records else ""
     from ember.autoschedule.task_scheduler import round_size
@@ -372,8 +409,10 @@ def _tune(args: argparse.Namespace) -> int:
         try:
             from ember.autoschedule import LocalBuilder
 
-            with LocalBuilder(n_parallel=args.parallel, timeout=args.timeout) as builder:
-                lines = check_in_network(graph, params, tasks, args.output, result, builder)
+            with LocalBuilder(n_parallel=args.parallel, timeout=args.timeout) as checker:
+                lines = check_in_network(
+                    graph, params, tasks, args.output, result, checker, default_network
+                )
         except EmberError as error:  # the records stand as the trials left them
             lines = [
                 f"The check in the network failed ({error}); the records keep the trials' bests"
@@ -388,15 +427,27 @@ def _network(
 ) -> Iterator[Module]:
     """The network of `tasks` built (with `tuning_records`' best schedules, or the
     defaults) and loaded here, on random inputs; closed after."""
+    module = _open_network(graph, params, tasks, tuning_records)
+    try:
+        yield module
+    finally:
+        module.close()
+
+
+def _open_network(
+    graph: Graph, params: Params, tasks: Sequence[SearchTask], tuning_records: str | None = None
+) -> Module:
+    """`_network`'s module, for the caller to close."""
     from ember import build
     from ember.autoschedule.calibration import set_random_inputs
 
     module = build(graph, tasks[0].target, params=params, tuning_records=tuning_records).load()
     try:
         set_random_inputs(module)
-        yield module
-    finally:
+    except BaseException:
         module.close()
+        raise
+    return module
 
 
 def profile_network(
@@ -414,12 +465,25 @@ def profile_network(
 
 
 def _network_profiler(
-    graph: Graph, params: Params, tasks: Sequence[SearchTask], args: argparse.Namespace
-) -> Callable[[], tuple[list[float], float]]:
-    """Profiles the network built with the records written so far (the scheduler's
-    recalibration: TaskScheduler.set_network_profiler)."""
+    graph: Graph,
+    params: Params,
+    tasks: Sequence[SearchTask],
+    args: argparse.Namespace,
+    default_network: Module,
+) -> NetworkProfiler:
+    """The scheduler's recalibration (TaskScheduler.set_network_profiler): profiles
+    `default_network` with the bests, built by the tuning builder, run in their tasks'
+    steps (`swapped_network_times`), rather than building the network again (~5 s of
+    a core for ResNet-18, three times a run). Where a best cannot be swapped in (it
+    did not build, or its steps write slices of a concatenation) or the swapped
+    profile fails, the network is built with the records written so far."""
+    from ember.autoschedule.calibration import CalibrationError, swapped_network_times
 
-    def profiler() -> tuple[list[float], float]:
+    def profiler(bests: Mapping[int, BuildResult]) -> tuple[list[float], float]:
+        if bests:
+            with contextlib.suppress(CalibrationError):
+                in_network, untuned, _ = swapped_network_times(default_network, tasks, bests)
+                return in_network, untuned
         in_network, untuned, _ = profile_network(graph, params, tasks, args.output)
         return in_network, untuned
 
@@ -433,6 +497,7 @@ def check_in_network(
     records: str,
     result: SchedulerResult,
     builder: Builder,
+    default_network: Module | None = None,
 ) -> list[str]:
     """Which schedule each tuned task runs, decided inside the network. A schedule
     that wins alone can lose there (ViT-B/16: the 2000-trial bests ran 9% slower in
@@ -471,7 +536,8 @@ def check_in_network(
     defaults: list[int] = []
     unchecked: list[str] = []
     new_records: list[MeasureRecord] = []
-    with _network(graph, params, tasks) as default:
+    given = None if default_network is None else contextlib.nullcontext(default_network)
+    with given or _network(graph, params, tasks) as default:
         for index, task in enumerate(tasks):
             default_state = default_schedule(task.compute_dag, task.target)
             default_steps: tuple[Step, ...] = tuple(default_state.steps)  # type: ignore[arg-type]

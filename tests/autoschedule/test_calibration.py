@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from fake_measure import SMALL_SEARCH, FakeBuilder, dense_relu_task
@@ -21,6 +22,7 @@ from ember.autoschedule.calibration import (
     calibrate,
     choose_timing,
     set_random_inputs,
+    swapped_network_times,
 )
 from ember.autoschedule.measure import BuildResult, MeasureInput, MeasureResult, Timing
 from ember.autoschedule.records import ErrorKind
@@ -63,6 +65,32 @@ class FakeModule:
         slowed = 2.0 if len(self.repeats) == 1 else 1.0
         seconds = [time * slowed for _, _, time in self.steps]
         return Profile.from_steps(names, names, seconds, self.info.groups, repeat)
+
+
+class SwappingModule(FakeModule):
+    """FakeModule whose steps can run other kernels: a library named `<factor>.so`
+    makes its steps take `factor` times as long; `views` lists workload keys whose
+    steps write slices of a concatenation (no kernel built alone may run there)."""
+
+    def __init__(self, tasks: Sequence[SearchTask], views: Sequence[str] = ()) -> None:
+        super().__init__(tasks)
+        self.views = set(views)
+        self.kernels: dict[int, str] = {}
+        self.own = list(self.steps)
+
+    def kernel_steps(self, workload_key: str) -> list[int]:
+        if workload_key in self.views:
+            return []
+        return [i for i, (_, key, _) in enumerate(self.own) if key == workload_key]
+
+    def set_step_kernel(self, step: int, library: str | None = None, symbol: str = "") -> None:
+        if library is None:
+            self.kernels.pop(step, None)
+        else:
+            self.kernels[step] = library
+        name, key, seconds = self.own[step]
+        factor = 1.0 if library is None else float(Path(library).stem)
+        self.steps[step] = (name, key, seconds * factor)
 
 
 class TimingRunner:
@@ -117,6 +145,28 @@ def test_calibration_picks_the_timing_the_runner_makes_right(
     assert calibration.ratios() == pytest.approx((1 / 1.02, 1 / 1.02))
     table = "\n".join(calibration.table())
     assert f"{right.value}" in table and "<- chosen" in table and "8.150 ms" in table
+
+
+def test_the_network_profiled_with_candidates_in_their_steps(tasks: list[SearchTask]) -> None:
+    """swapped_network_times: the network's profile with each given task's steps
+    running its library, every step given its own kernel back after; refused before
+    any swap where a library did not build or a task's steps cannot take one."""
+    module = SwappingModule(tasks)
+    big = BuildResult("/tmp/0.5.so", "candidate_0_packed", ())
+    per_task, untuned, total = swapped_network_times(module, tasks, {0: big}, repeat=3)
+    assert per_task == pytest.approx([0.5 * IN_NETWORK["big"], IN_NETWORK["small"]])
+    assert untuned == pytest.approx(5e-5)
+    assert total == pytest.approx(IN_NETWORK["big"] + IN_NETWORK["small"] + 5e-5)
+    assert module.kernels == {} and module.steps == module.own  # given back
+    assert module.repeats == [3, 3, 3]
+
+    failed = BuildResult(None, "", (), ErrorKind.COMPILE, "no")
+    with pytest.raises(CalibrationError, match="did not build"):
+        swapped_network_times(module, tasks, {0: big, 1: failed})
+    views = SwappingModule(tasks, views=[tasks[1].workload_key])
+    with pytest.raises(CalibrationError, match="no step of task"):
+        swapped_network_times(views, tasks, {0: big, 1: big})
+    assert module.kernels == {} == views.kernels and views.repeats == []
 
 
 def test_the_estimate_corrects_each_task_and_adds_the_untuned_steps() -> None:

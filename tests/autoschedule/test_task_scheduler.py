@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from fake_measure import SMALL_SEARCH, FakeBuilder, FakeRunner, dense_relu_task
 
 from ember.autoschedule import MeasureRecord, RecordToFile, SearchTask, extract_tasks, load_records
 from ember.autoschedule.calibration import Calibration, TaskTimes
-from ember.autoschedule.measure import MeasureResult, Timing
+from ember.autoschedule.measure import BuildResult, MeasureResult, Timing
 from ember.autoschedule.records import state_key, steps_key
 from ember.autoschedule.task_scheduler import TaskScheduler, round_size, task_tag
 from ember.autoschedule.tuning import TuningError, TuningOptions
@@ -266,12 +267,13 @@ def test_recalibration_measures_the_ratios_of_the_best_schedules(
     tasks: list[SearchTask],
 ) -> None:
     """Once every task has a best, and at each share of the budget, the profiler is
-    asked for the network with the bests so far; each task's ratio becomes its
-    in-network time / its best's."""
+    given the bests so far, built, for the network with them; each task's ratio
+    becomes its in-network time / its best's."""
     scheduler = TaskScheduler(tasks, [3, 1], cost_model="random", search_params=SMALL_SEARCH)
     calls: list[tuple[float, ...]] = []
 
-    def profiler() -> tuple[list[float], float]:
+    def profiler(built: Mapping[int, BuildResult]) -> tuple[list[float], float]:
+        assert sorted(built) == [0, 1] and all(library.ok for library in built.values())
         bests = tuple(tuner.best_cost for tuner in scheduler.tuners)
         calls.append(bests)
         return [1.5 * bests[0], 0.5 * bests[1]], 2e-3
@@ -291,13 +293,20 @@ def test_recalibration_measures_the_ratios_of_the_best_schedules(
     # The machine has slowed down by half since the bests were timed: the profile says
     # so, and so do the bests timed again beside it; the ratios do not change.
     slow = FakeRunner({"big": 2e-2, "small": 2e-3})
-    scheduler.set_network_profiler(lambda: ([3 * best[0], best[1]], 4e-3))
+    given: list[int] = []
+
+    def slower(built: Mapping[int, BuildResult]) -> tuple[list[float], float]:
+        given.append(len(built))
+        return [3 * best[0], best[1]], 4e-3
+
+    scheduler.set_network_profiler(slower)
     scheduler.recalibrate(FakeBuilder(), slow)
     assert scheduler.ratios == pytest.approx((1.5, 0.5))
     scheduler.recalibrate()  # without them: the old lone times, the ratios doubled
     assert scheduler.ratios == pytest.approx((3.0, 1.0))
+    assert given == [2, 0]  # without a builder, nothing built to give
 
-    def failing() -> tuple[list[float], float]:
+    def failing(built: Mapping[int, BuildResult]) -> tuple[list[float], float]:
         raise EmberError("no compiler")
 
     scheduler.set_network_profiler(failing)
