@@ -533,6 +533,7 @@ def check_in_network(
     )
     fastest = fastest_trials(records, [task.workload_key for task in tasks], CHECK_CANDIDATES)
     checked: list[int] = []
+    fastest_there: dict[int, float] = {}  # checked task -> its fastest time in the network
     defaults: list[int] = []
     unchecked: list[str] = []
     new_records: list[MeasureRecord] = []
@@ -559,6 +560,7 @@ def check_in_network(
                 unchecked.append(f"{index} ({error})")
                 continue
             checked.append(index)
+            fastest_there[index] = min(seconds)
             if min(range(len(seconds)), key=seconds.__getitem__) == 0:
                 defaults.append(index)
             new_records += [
@@ -568,25 +570,51 @@ def check_in_network(
         RecordToFile(records).write(new_records)
         with _network(graph, params, tasks, records) as chosen:
             (_, chosen_total), (_, default_total) = _alternate_profiles((chosen, default), tasks)
-    estimate = result.estimated_latency
-    of_estimate = (
-        f"; the estimate is {estimate / chosen_total * 100:.0f}% of it"
-        if math.isfinite(estimate)
-        else ""
-    )
+    trials_estimate, estimate = result.estimated_latency, _checked_estimate(result, fastest_there)
     kept = f" (ID {', '.join(map(str, defaults))})" if defaults else ""
-    skipped = (
-        [f"Not checked, the trials' bests kept: ID {', '.join(unchecked)}"] if unchecked else []
-    )
-    return [
+    lines = [
         f"{len(checked)} tuned tasks checked in the network: {len(checked) - len(defaults)} "
         f"run a tuned schedule, {len(defaults)} ran fastest with their default{kept} (the "
         "records now say so: in-network records)",
-        *skipped,
+    ]
+    if unchecked:
+        lines.append(f"Not checked, the trials' bests kept: ID {', '.join(unchecked)}")
+    if math.isfinite(estimate):
+        lines.append(
+            f"Estimated end-to-end latency after the check: {_seconds(estimate)} (each "
+            "checked task's fastest schedule in the network x weight, the others' best x "
+            "weight x ratio, plus the untuned steps)"
+        )
+    of_estimate = ""
+    if math.isfinite(trials_estimate):
+        of_estimate = f"; the trials' estimate is {trials_estimate / chosen_total * 100:.0f}% of it"
+        if math.isfinite(estimate):
+            of_estimate = (
+                f"; the estimate is {estimate / chosen_total * 100:.0f}% of it (the trials' "
+                f"{trials_estimate / chosen_total * 100:.0f}%)"
+            )
+    lines.append(
         f"Measured in the network: {_seconds(chosen_total)} with the chosen schedules, "
         f"against {_seconds(default_total)} with the default schedules profiled alternately "
-        f"({default_total / chosen_total:.2f}x){of_estimate}",
-    ]
+        f"({default_total / chosen_total:.2f}x){of_estimate}"
+    )
+    return lines
+
+
+def _checked_estimate(result: SchedulerResult, fastest_there: Mapping[int, float]) -> float:
+    """The scheduler's estimate (`SchedulerResult.estimated_latency`) with the check's
+    times: each checked task's term is its fastest schedule's time in the network
+    (ratio 1), the others keep their best x ratio. inf without a calibration (no
+    ratios or untuned steps: the trials' sum is not the network's time) and while a
+    task has no best."""
+    from ember.autoschedule.calibration import estimated_latency
+
+    if not result.ratios:
+        return math.inf
+    costs, ratios = list(result.best_costs), list(result.ratios)
+    for index, seconds in fastest_there.items():
+        costs[index], ratios[index] = seconds, 1.0
+    return estimated_latency(costs, result.weights, ratios, result.untuned_seconds)
 
 
 def _alternate_profiles(
