@@ -15,8 +15,9 @@ does, so that every runtime reads the same file). Steps:
 3. the tuned artifact, the untuned one and an ONNX Runtime session (all with --threads
    threads, the same seeded input) timed in alternating blocks (compare.py's method:
    `--repeat` rounds of `--block` runs of each, each block after settling), medians;
-4. printed: the estimate / the tuned artifact's median (the issue's "within 5%"),
-   split at the chosen network's time as `ember tune`'s check measured it,
+4. printed: the estimate / the tuned artifact's median (the issue's "within 5%"), for
+   the trials' estimate and the one after the check, each split at the chosen
+   network's time as `ember tune`'s check measured it,
    tuned / ORT, untuned / ORT, and the largest output difference from ORT.
 """
 
@@ -84,6 +85,12 @@ def estimated_ms(output: str) -> float | None:
     return _last_ms(r"Estimated end-to-end latency: ([\d.]+) (ms|us)", output)
 
 
+def checked_estimate_ms(output: str) -> float | None:
+    """The estimate after `ember tune`'s last check (each checked task's fastest time in
+    the network), where it printed one."""
+    return _last_ms(r"Estimated end-to-end latency after the check: ([\d.]+) (ms|us)", output)
+
+
 def checked_ms(output: str) -> float | None:
     """The chosen network's time as `ember tune`'s last check measured it ('Measured in
     the network: X ms with the chosen schedules')."""
@@ -108,7 +115,7 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         onnx_path = _onnx_file(args.model, args, work)
         name = Path(args.model).stem
-        estimate = checked = None
+        estimate = after_check = checked = None
         if args.records:
             log = Path(args.records)
         else:
@@ -116,6 +123,7 @@ def main() -> None:
             log.unlink(missing_ok=True)
             wall, output = tune(onnx_path, log, args)
             estimate, checked = estimated_ms(output), checked_ms(output)
+            after_check = checked_estimate_ms(output)
             print(f"tuning wall time {wall:.0f} s", flush=True)
         tuned, untuned = work / f"{name}.tuned.tar", work / f"{name}.untuned.tar"
         compile_args = argparse.Namespace(
@@ -137,21 +145,22 @@ def main() -> None:
         f"tuned/ORT {tuned_ms / ort_ms:.3f}, untuned/ORT {untuned_ms / ort_ms:.3f}, "
         f"max |tuned - ORT| {diff:.2e}"
     )
-    if estimate is not None:
-        print(
-            f"{name}: estimate {estimate:.3f} ms / tuned {tuned_ms:.3f} ms = "
-            f"{estimate / tuned_ms:.3f}"
-        )
-    if estimate is not None and checked is not None:
-        # Splits estimate / tuned into the estimate's own error (against the network
-        # measured at the same moment) and the rest: the machine's drift since, and the
-        # check's measure (each step's least of 3 profiles) against the alternation's
-        # (medians of whole runs).
-        print(
-            f"{name}: the check measured the chosen network at {checked:.3f} ms: estimate / "
-            f"that {estimate / checked:.3f}, that / tuned {checked / tuned_ms:.3f} (drift "
-            "since the check, and its least-of-profiles measure against whole-run medians)"
-        )
+    estimates = {"the trials' estimate": estimate, "the estimate after the check": after_check}
+    for what, value in estimates.items():
+        if value is None:
+            continue
+        print(f"{name}: {what} {value:.3f} ms / tuned {tuned_ms:.3f} ms = {value / tuned_ms:.3f}")
+        if checked is not None:
+            # Splits estimate / tuned into the estimate's own error (against the network
+            # measured at the same moment) and the rest: the machine's drift since, and
+            # the check's measure (each step's least of 3 profiles) against the
+            # alternation's (medians of whole runs).
+            print(
+                f"{name}:   the check measured the chosen network at {checked:.3f} ms: "
+                f"{what} / that {value / checked:.3f}, that / tuned {checked / tuned_ms:.3f} "
+                "(drift since the check, and its least-of-profiles measure against whole-run "
+                "medians)"
+            )
 
 
 if __name__ == "__main__":
