@@ -66,7 +66,29 @@ VECTOR_SELECT = """\
 static inline $v ember_vselect_$v($i mask, $v a, $v b) {
   return ($v)((mask & ($i)a) | (~mask & ($i)b));
 }"""
-VECTOR_EXP = """\
+# e^xc = 2^n e^r for xc clamped by the caller: r by ln2 in two parts, e^r by Cephes'
+# expf polynomial (p); ni = n, rounded by truncating t + $bias.5 (>= 0.5 after the
+# clamp) less $bias. Shared by exp and sigmoid, which clamp differently.
+_EXP_REDUCTION = """\
+  $v t = xc * 1.44269504088896341f;
+  $i ni = __builtin_convertvector(t + $bias.5f, $i) - $bias;
+  $v n = __builtin_convertvector(ni, $v);
+  $v r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  $v p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+"""
+
+
+def _exp_reduction(bias: int) -> str:
+    return Template(_EXP_REDUCTION).safe_substitute(bias=bias)
+
+
+VECTOR_EXP = (
+    """\
 static inline $v ember_vexp_$v($v x) {
   /* x = n ln2 + r, |r| <= ln2/2 (ln2 in two parts); e^r by Cephes' expf polynomial;
      2^n built in the exponent bits, as two factors so that n down to -150 fits.
@@ -76,23 +98,18 @@ static inline $v ember_vexp_$v($v x) {
   $i big = x > 88.72283935546875f, small = x < -103.97208f;
   $v xc = ember_vselect_$v(big, ($v){0} + 88.72283935546875f, x);
   xc = ember_vselect_$v(small, ($v){0} - 103.97208f, xc);
-  $v t = xc * 1.44269504088896341f;
-  $i ni = __builtin_convertvector(t + 150.5f, $i) - 150;
-  $v n = __builtin_convertvector(ni, $v);
-  $v r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
-  $v p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
+"""
+    + _exp_reduction(150)
+    + """\
   $i half = ni >> 1;
   $v scale1 = ($v)((half + 127) << 23), scale2 = ($v)((ni - half + 127) << 23);
   $v y = p * scale1 * scale2;
   y = ember_vselect_$v(big, ($v){0} + __builtin_inff(), y);
   return ember_vselect_$v(small, ($v){0}, y);
 }"""
-VECTOR_SIGMOID = """\
+)
+VECTOR_SIGMOID = (
+    """\
 static inline $v ember_vsigmoid_$v($v x) {
   /* 1 / (1 + e^-x), e^-x as ember_vexp computes it but with -x clamped to
      [ln(FLT_MIN), ln(FLT_MAX)], where 2^n is one factor and nothing is fixed up
@@ -104,18 +121,12 @@ static inline $v ember_vsigmoid_$v($v x) {
   $v m = -x;
   $v xc = ember_vselect_$v(m > 88.72283935546875f, ($v){0} + 88.72283935546875f, m);
   xc = ember_vselect_$v(xc < -87.33654475f, ($v){0} - 87.33654475f, xc);
-  $v t = xc * 1.44269504088896341f;
-  $i ni = __builtin_convertvector(t + 126.5f, $i) - 126;
-  $v n = __builtin_convertvector(ni, $v);
-  $v r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
-  $v p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
+"""
+    + _exp_reduction(126)
+    + """\
   return 1.0f / (1.0f + p * ($v)((ni + 127) << 23));
 }"""
+)
 VECTOR_TANH = """\
 static inline $v ember_vtanh_$v($v x) {
   /* |x| < 0.625: x + x^3 P(x^2) (Cephes' tanhf); else 1 - 2 / (e^2|x| + 1), signed. */
