@@ -279,8 +279,7 @@ def swapped_in_network_times(
                 seconds = in_network_times(module, tasks, repeat, profiles=1)[0][index]
                 least[position] = min(least[position], seconds)
     finally:
-        for step in steps:
-            module.set_step_kernel(step, None)
+        _restore_steps(module, steps)
     return least
 
 
@@ -309,9 +308,20 @@ def swapped_network_times(
                 module.set_step_kernel(step, library.path, library.symbol)
         return in_network_times(module, tasks, repeat, profiles)
     finally:
-        for steps, _ in swaps:
-            for step in steps:
-                module.set_step_kernel(step, None)
+        _restore_steps(module, [step for steps, _ in swaps for step in steps])
+
+
+def _restore_steps(module: SwappableModule, steps: Sequence[int]) -> None:
+    """Give each of `steps` its own kernel back, all of them even where one fails (the
+    first failure raised after)."""
+    failure: BaseException | None = None
+    for step in steps:
+        try:
+            module.set_step_kernel(step, None)
+        except Exception as error:
+            failure = failure or error
+    if failure is not None:
+        raise failure
 
 
 def _swappable_steps(module: SwappableModule, task: SearchTask) -> list[int]:

@@ -285,6 +285,8 @@ def _calibrate(
         module = _open_network(graph, params, tasks)
         print(f"Calibrating the timing: timing {len(tasks)} default schedules alone")
         calibration = calibrate(module, tasks, weights, builder, runner)
+        print("\n".join(calibration.table()))
+        _use_timing(args, runner, calibration.timing)
     except EmberError as error:  # tuning itself may still work, task by task
         if module is not None:
             module.close()
@@ -294,8 +296,6 @@ def _calibrate(
         if module is not None:
             module.close()
         raise
-    print("\n".join(calibration.table()))
-    _use_timing(args, runner, calibration.timing)
     return calibration, module
 
 
@@ -343,6 +343,9 @@ def _tune(args: argparse.Namespace) -> int:
                 scheduler.set_network_profiler(
                     _network_profiler(graph, params, tasks, args, default_network)
                 )
+            else:  # neither recalibrations nor the check: no use for it
+                default_network.close()
+                default_network = None
     except BaseException:
         builder.close()
         runner.close()
@@ -477,11 +480,13 @@ def _network_profiler(
     a core for ResNet-18, three times a run). Where a best cannot be swapped in (it
     did not build, or its steps write slices of a concatenation) or the swapped
     profile fails, the network is built with the records written so far."""
-    from ember.autoschedule.calibration import CalibrationError, swapped_network_times
+    from ember.autoschedule.calibration import swapped_network_times
 
     def profiler(bests: Mapping[int, BuildResult]) -> tuple[list[float], float]:
         if bests:
-            with contextlib.suppress(CalibrationError):
+            # Any failure here (a library that does not load, a profile that fails)
+            # leaves the steps their own kernels: the records' network is the answer.
+            with contextlib.suppress(EmberError):
                 in_network, untuned, _ = swapped_network_times(default_network, tasks, bests)
                 return in_network, untuned
         in_network, untuned, _ = profile_network(graph, params, tasks, args.output)

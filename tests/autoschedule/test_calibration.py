@@ -163,10 +163,19 @@ def test_the_network_profiled_with_candidates_in_their_steps(tasks: list[SearchT
     failed = BuildResult(None, "", (), ErrorKind.COMPILE, "no")
     with pytest.raises(CalibrationError, match="did not build"):
         swapped_network_times(module, tasks, {0: big, 1: failed})
+    assert module.repeats == [3, 3, 3]  # refused before any profile
     views = SwappingModule(tasks, views=[tasks[1].workload_key])
     with pytest.raises(CalibrationError, match="no step of task"):
         swapped_network_times(views, tasks, {0: big, 1: big})
     assert module.kernels == {} == views.kernels and views.repeats == []
+
+    def failing_profile(repeat: int = 10) -> Profile:
+        raise CalibrationError("the profile failed")
+
+    module.profile = failing_profile  # type: ignore[method-assign]
+    with pytest.raises(CalibrationError, match="the profile failed"):
+        swapped_network_times(module, tasks, {0: big})
+    assert module.kernels == {} and module.steps == module.own  # given back all the same
 
 
 def test_the_estimate_corrects_each_task_and_adds_the_untuned_steps() -> None:
