@@ -267,19 +267,16 @@ def swapped_in_network_times(
     cannot take a kernel built alone (`Module.kernel_steps`): its time would mix in
     the step's own kernel."""
     task = tasks[index]
-    steps = _swappable_steps(module, task)
+    _swappable_steps(module, task)  # refused before any candidate is timed
     if not all(library.ok for library in libraries):
         raise CalibrationError(f"a candidate of task {task.desc} did not build")
     least = [math.inf] * len(libraries)
-    try:
-        for _ in range(rounds):
-            for position, library in enumerate(libraries):
-                for step in steps:
-                    module.set_step_kernel(step, library.path, library.symbol)
-                seconds = in_network_times(module, tasks, repeat, profiles=1)[0][index]
-                least[position] = min(least[position], seconds)
-    finally:
-        _restore_steps(module, steps)
+    for _ in range(rounds):
+        for position, library in enumerate(libraries):
+            in_network, _, _ = swapped_network_times(
+                module, tasks, {index: library}, repeat, profiles=1
+            )
+            least[position] = min(least[position], in_network[index])
     return least
 
 
