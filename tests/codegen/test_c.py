@@ -3,6 +3,7 @@ ctypes, and compared with NumPy and with the loop interpreter (the oracle)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,8 +14,9 @@ from hypothesis import given, settings
 from loop.test_vectorize import index_exprs  # tests/ is on sys.path (pyproject)
 
 from ember.backend import Kernel, build_kernel, compile_unit, generate_kernel, kernel_source
+from ember.codegen import c as c_module
 from ember.codegen import output_args
-from ember.codegen.c import render_c_unit
+from ember.codegen.c import CRenderer, render_c, render_c_unit
 from ember.errors import CodegenError
 from ember.loop.interpret import run_func
 from ember.loop.ir import (
@@ -570,6 +572,32 @@ def test_kernels_that_round_floats_do_not_fuse_multiply_adds() -> None:
         plain, (v,), Load(a_buf, (v,)) * Load(b_buf, (v,)) + Load(c_buf, (v,))),
         ForKind.VECTORIZED))  # fmt: skip
     assert "fp-contract" not in kernel_source(fused, "llvm")
+
+
+def test_a_unit_reuses_its_kernels_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tuning builder renders each candidate alone, then the batch as one unit:
+    the unit takes the parts rendered a moment before (one rendering per kernel), and
+    is the same text as rendered afresh. Another function, even an equal one, is
+    rendered for itself."""
+    generated = [generate_kernel(func, "llvm") for func in (elementwise(), matmul())]
+    funcs = [kernel.func for kernel in generated]
+    rendered: list[str] = []
+    original = CRenderer.parts
+
+    def counting(self: CRenderer) -> object:
+        rendered.append(self.func.name)
+        return original(self)
+
+    monkeypatch.setattr(CRenderer, "parts", counting)
+    unit = render_c_unit(funcs)
+    assert rendered == []
+    c_module._RECENT_PARTS.clear()
+    assert render_c_unit(funcs) == unit
+    assert rendered == [func.name for func in funcs]
+    twin = dataclasses.replace(funcs[0])
+    assert twin == funcs[0] and twin is not funcs[0]
+    assert render_c(twin) == generated[0].source
+    assert rendered[-1] == twin.name and len(rendered) == 3
 
 
 def test_kernels_share_a_translation_unit(tmp_path: Path) -> None:
