@@ -50,7 +50,6 @@ from ember.autoschedule.measure import (
     Builder,
     BuildResult,
     MeasureInput,
-    MeasureResult,
     Runner,
     release,
 )
@@ -65,7 +64,6 @@ from ember.autoschedule.tuning import (
     measurers,
 )
 from ember.errors import EmberError
-from ember.schedule.state import State
 from ember.te.tensor import ComputeOp
 
 STRATEGIES = ("gradient", "round-robin")
@@ -80,7 +78,7 @@ EPS_RANDOM_TASK = 0.05
 # A task without a valid candidate after this many rounds is given up.
 MAX_ROUNDS_WITHOUT_VALID = 3
 # Shares of the trial budget after which a network profiler (set_network_profiler)
-# re-measures the in-network / alone ratios on the best schedules so far; it also does
+# re-measures the in-network / recorded ratios on the best schedules so far; it also does
 # when the last task gets its first best (the estimate is defined from then on).
 RECALIBRATE_AT = (0.4, 0.8)
 
@@ -213,39 +211,37 @@ class TaskScheduler:
         estimate becomes defined: with 200 trials over 33 tasks that is the end of the
         run, and ratios measured before it covered too few tasks): `profiler` is given
         the best schedules so far, built, and profiles the network with them, and each
-        task with a best gets ratio = its in-network time / its best's lone time. A calibration
-        measures the default schedules' ratios, which tuned schedules do not keep (a
-        stride-2 conv's default ran at 0.72-0.87x its lone time in the network, its
-        tuned schedule at 1.1x): re-measured on the schedules the estimate sums, the
-        ratios follow them. A profiler that fails (EmberError) leaves the ratios as they
-        were."""
+        task with a best gets ratio = its in-network time / its best's recorded cost
+        (`recalibrate`). A calibration measures the default schedules' ratios, which
+        tuned schedules do not keep (a stride-2 conv's default ran at 0.72-0.87x its
+        lone time in the network, its tuned schedule at 1.1x): re-measured on the
+        schedules the estimate sums, the ratios follow them. A profiler that fails
+        (EmberError) leaves the ratios as they were."""
         if any(not 0 < share <= 1 for share in at):
             raise TuningError(f"recalibration points {list(at)} must be shares in (0, 1]")
         self._profiler = profiler
         self._recalibrate_at = sorted(at)
         self._recalibrate_after_warmup = True
 
-    def recalibrate(self, builder: Builder | None = None, runner: Runner | None = None) -> str:
+    def recalibrate(self, builder: Builder | None = None) -> str:
         """Profile the network with the best schedules so far (`set_network_profiler`'s
-        profiler) and take its ratios; one line saying what changed. With a builder and
-        runner, each best is timed alone again just before and just after the profile,
-        and its ratio is the profile's time over the lesser of those: all taken within
-        seconds (and a burst of another tenant's work only slows one down), so that the
-        ratio does not carry how the machine's speed drifted since the best was first
-        timed (a shared machine's drifts by 20% over minutes; a ResNet-18 ratio taken
-        against the first timings put its estimate at 121% of the network)."""
+        profiler; with a builder, given the bests built, to run them in its steps) and
+        take its ratios; one line saying what changed. Each task's ratio is its time in
+        the profile over its best's recorded cost, the scale every trial of the task is
+        on (a challenger is recorded on its best's scale, `TaskTuner`): right after a
+        recalibration the estimate is the profiled network's time, and a later best
+        moves it by what it gained on the best alone. Bests timed alone again beside the
+        profile gave ratios that kept each record's error instead: the fastest of a
+        task's hundreds of noisy timings, and the drift of the machine since its task's
+        first timing. A ResNet-18's recorded bests summed to 8% under the same bests
+        timed alone again at the end, and its estimate came to 92% of the network."""
         if self._profiler is None:
             raise TuningError("no network profiler: call set_network_profiler first")
         before = self._estimate()
         bests = [(i, t.best_state) for i, t in enumerate(self.tuners) if t.best_state is not None]
         inputs = [MeasureInput(self.tasks[i], state) for i, state in bests]
-        built = builder.build(inputs) if builder is not None and runner is not None else []
-        now = [math.inf] * len(self.tasks)
+        built = builder.build(inputs) if builder is not None else []
         try:
-            if runner is not None and built:
-                # Alone before and after the profile, the least of the two: a burst of
-                # another tenant's work only ever slows a timing down.
-                self._lower(now, bests, runner.run(inputs, built))
             libraries = (
                 {index: library for (index, _), library in zip(bests, built, strict=True)}
                 if built
@@ -255,37 +251,23 @@ class TaskScheduler:
                 in_network, untuned = self._profiler(libraries)
             except EmberError as error:
                 return f"Recalibration skipped: profiling the tuned network failed ({error})"
-            if runner is not None and built:
-                self._lower(now, bests, runner.run(inputs, built))
         finally:
             release(built)
-        alone = [
-            new if math.isfinite(new) else tuner.best_cost
-            for new, tuner in zip(now, self.tuners, strict=True)
-        ]
         if len(in_network) != len(self.tasks):
             raise TuningError(
                 f"the network profiler gave {len(in_network)} times for {len(self.tasks)} tasks"
             )
         ratios = list(self.ratios)
-        for index, lone in enumerate(alone):
-            if math.isfinite(lone) and lone > 0 and in_network[index] > 0:
-                ratios[index] = in_network[index] / lone
+        for index, tuner in enumerate(self.tuners):
+            recorded = tuner.best_cost
+            if math.isfinite(recorded) and recorded > 0 and in_network[index] > 0:
+                ratios[index] = in_network[index] / recorded
         self.ratios, self.untuned_seconds = tuple(ratios), untuned
         return (
             f"Recalibrated on the network with the best schedules so far: estimate "
-            f"{_ms(before)} -> {_ms(self._estimate())} (in-network / alone ratios "
+            f"{_ms(before)} -> {_ms(self._estimate())} (in-network / recorded ratios "
             f"{min(ratios):.2f}-{max(ratios):.2f})"
         )
-
-    @staticmethod
-    def _lower(
-        times: list[float], bests: list[tuple[int, State]], results: Sequence[MeasureResult]
-    ) -> None:
-        """Lower each best's entry of `times` to its new timing, where that ran."""
-        for (index, _), result in zip(bests, results, strict=True):
-            if result.ok:
-                times[index] = min(times[index], result.median_cost)
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -327,7 +309,7 @@ class TaskScheduler:
                     if (due or warmed_up) and self._profiler is not None:
                         self._recalibrate_at = self._recalibrate_at[len(due) :]
                         self._recalibrate_after_warmup &= not warmed_up
-                        line = self.recalibrate(builder, runner)
+                        line = self.recalibrate(builder)
                         if options.verbose:
                             progress.console.print(line, soft_wrap=True)
                     history.append((trials, elapsed, self._estimate()))

@@ -268,7 +268,7 @@ def test_recalibration_measures_the_ratios_of_the_best_schedules(
 ) -> None:
     """Once every task has a best, and at each share of the budget, the profiler is
     given the bests so far, built, for the network with them; each task's ratio
-    becomes its in-network time / its best's."""
+    becomes its in-network time / its best's recorded cost."""
     scheduler = TaskScheduler(tasks, [3, 1], cost_model="random", search_params=SMALL_SEARCH)
     calls: list[tuple[float, ...]] = []
 
@@ -291,8 +291,8 @@ def test_recalibration_measures_the_ratios_of_the_best_schedules(
     assert result.estimated_latency == pytest.approx(3 * 1.5 * best[0] + 0.5 * best[1] + 2e-3)
 
     # The machine has slowed down by half since the bests were timed: the profile says
-    # so, and so do the bests timed again beside it; the ratios do not change.
-    slow = FakeRunner({"big": 2e-2, "small": 2e-3})
+    # so, and the estimate follows the network as it runs now: each ratio is on its
+    # best's recorded scale (nothing is timed alone again).
     given: list[int] = []
 
     def slower(built: Mapping[int, BuildResult]) -> tuple[list[float], float]:
@@ -300,11 +300,13 @@ def test_recalibration_measures_the_ratios_of_the_best_schedules(
         return [3 * best[0], best[1]], 4e-3
 
     scheduler.set_network_profiler(slower)
-    scheduler.recalibrate(FakeBuilder(), slow)
-    assert scheduler.ratios == pytest.approx((1.5, 0.5))
-    scheduler.recalibrate()  # without them: the old lone times, the ratios doubled
+    line = scheduler.recalibrate(FakeBuilder())
     assert scheduler.ratios == pytest.approx((3.0, 1.0))
-    assert given == [2, 0]  # without a builder, nothing built to give
+    assert scheduler._estimate() == pytest.approx(3 * 3 * best[0] + best[1] + 4e-3)
+    assert "in-network / recorded ratios 1.00-3.00" in line
+    scheduler.recalibrate()  # without a builder: nothing built to give, the same ratios
+    assert scheduler.ratios == pytest.approx((3.0, 1.0))
+    assert given == [2, 0]
 
     def failing(built: Mapping[int, BuildResult]) -> tuple[list[float], float]:
         raise EmberError("no compiler")
