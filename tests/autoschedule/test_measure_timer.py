@@ -1,8 +1,9 @@
 """The candidate timer in C (`c/measure.c` on the timing loop of `timing.h`), driven
 through ctypes: with a prepare step, every timed call comes right after one; and
 cold-weights eviction really sends a weight's cache lines to memory while the other
-arguments stay cached, on this machine's path (clflush / dc civac) and on the portable
-one (a flush of the last-level cache, then the other arguments read back).
+arguments stay cached, on this machine's path (clflushopt or clflush / dc civac), with
+clflush, and on the portable one (a flush of the last-level cache, then the other
+arguments read back).
 
 The eviction is observed with a pointer chase: a chain of dependent loads over 4096
 cache lines (256 KiB, inside the L2 of current CPUs) in random order, so no prefetcher
@@ -112,8 +113,17 @@ LINES = 4096
 WORDS_PER_LINE = 8  # 64-byte lines of uint64
 
 
-def harness(portable: bool) -> ctypes.CDLL:
-    define = "#define EMBER_MEASURE_PORTABLE_EVICTION 1\n" if portable else ""
+# How c/measure.c evicts a line: its own choice for this machine (clflushopt on an x86
+# that has it), clflush, or the portable flush of the whole last-level cache.
+EVICTIONS = {
+    "by-line": "",
+    "clflush": "#define EMBER_MEASURE_CLFLUSH 1\n",
+    "portable": "#define EMBER_MEASURE_PORTABLE_EVICTION 1\n",
+}
+
+
+def harness(eviction: str = "by-line") -> ctypes.CDLL:
+    define = EVICTIONS[eviction]
     path: Path = compile_shared([define + timer_source() + HARNESS_C], "llvm")
     library = ctypes.CDLL(str(path))
     library.loop_counts.restype = ctypes.c_int32
@@ -137,7 +147,7 @@ def chain(seed: int) -> np.ndarray:
 @pytest.mark.parametrize("with_prepare", [True, False])
 def test_every_timed_call_follows_a_prepare(with_prepare: bool) -> None:
     counts = [ctypes.c_int64() for _ in range(3)]
-    status = harness(portable=False).loop_counts(
+    status = harness().loop_counts(
         int(with_prepare), 3, 2, *(ctypes.byref(count) for count in counts)
     )
     runs, prepares, prepared_runs = (count.value for count in counts)
@@ -152,7 +162,7 @@ def test_a_repeat_grows_through_a_pilot_to_just_past_its_minimum() -> None:
     """`ember_timing_more` (the batches of a repeat, all of whose calls count): from a
     few calls, a pilot of about a tenth of min_repeat_ms; from the pilot on, the rest
     of the repeat with 5% to spare, not a batch 1.618 times larger thrown in on top."""
-    more = harness(portable=False).timing_more
+    more = harness().timing_more
     # 3 calls of 0.1 ms against 100 ms: a pilot to about 10 ms (100 calls in all).
     pilot = 3 + more(3, 0.3e-3, 100.0)
     assert 100 <= pilot <= 102
@@ -170,11 +180,11 @@ def test_a_repeat_grows_through_a_pilot_to_just_past_its_minimum() -> None:
 # A comparison of timings (however wide its margin, a neighbour thrashing the shared
 # caches can make the cached chase slow): the slow tier's, not `make test`'s.
 @pytest.mark.slow
-@pytest.mark.parametrize("portable", [False, True], ids=["by-line", "portable"])
-def test_evict_weights_sends_only_the_weights_to_memory(portable: bool) -> None:
+@pytest.mark.parametrize("eviction", list(EVICTIONS))
+def test_evict_weights_sends_only_the_weights_to_memory(eviction: str) -> None:
     weight, activation = chain(0), chain(1)
     times = [ctypes.c_double() for _ in range(3)]
-    status = harness(portable).chase_after_eviction(
+    status = harness(eviction).chase_after_eviction(
         weight.ctypes.data_as(ctypes.c_void_p),
         activation.ctypes.data_as(ctypes.c_void_p),
         ctypes.c_int64(weight.nbytes),
