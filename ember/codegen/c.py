@@ -216,6 +216,8 @@ def _kernel_source(name: str, parts: _Parts) -> str:
 # then the batch as one unit: without this, a candidate was rendered twice, ~8 ms of
 # its ~40 ms of Python. Rendered parts are only read, never changed.
 _RECENT_PARTS: OrderedDict[int, tuple[PrimFunc, _Parts]] = OrderedDict()
+# Four times the tuning builder's batch (`ember.autoschedule.builder.MAX_BATCH`, 4): a
+# batch larger than this would push out each kernel's parts before the unit needs them.
 _RECENT_LIMIT = 16
 _RECENT_LOCK = threading.Lock()
 
