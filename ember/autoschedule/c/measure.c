@@ -16,7 +16,7 @@
  * elsewhere (or with EMBER_MEASURE_PORTABLE_EVICTION, which tests use to cover that
  * path) the whole last-level cache is flushed and the other arguments read back in.
  * clflush is ordered with every other clflush, so one line waits for the last: 9.4 MB
- * of ResNet-18's weights took 6.9 ms to evict on a Zen 4, ten times per candidate,
+ * of ResNet-18's weights took 6.9 ms to evict on a 2-core Xeon, ten times a candidate,
  * half of cold-weights timing's cost. clflushopt lines are evicted in parallel (0.42
  * ms), and the mfence after them still waits for all before the timed call. */
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(EMBER_MEASURE_PORTABLE_EVICTION)
