@@ -33,8 +33,10 @@ from ember.topi import group_to_dag
 
 # Two cores, as the expected parallel loops were worked out for: without -num-cores the
 # schedules take the count of the machine running the tests.
-AVX512 = Target("llvm -mcpu=skylake-avx512 -num-cores=2")
-AVX2 = Target("llvm -mcpu=haswell -num-cores=2")
+# With the triple named, each is that CPU whatever the host is: the CPU table's caches,
+# not this machine's (`ember.device.describes_this_machine`).
+AVX512 = Target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512 -num-cores=2")
+AVX2 = Target("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell -num-cores=2")
 NEON = Target("llvm -mtriple=aarch64-linux-gnu -mattr=+neon -num-cores=2")
 
 
@@ -203,12 +205,9 @@ def test_a_tiles_weight_panel_stays_in_l2() -> None:
         attrs = ConvAttrs((1, 1), (pad,) * 4, (1, 1), 1, "NHWC", "HWIO")
         return _only_group(*b.build([b.add("conv", [x, w], attrs)]))
 
-    # A Skylake-X whatever the host is: with its triple named, the target takes the
-    # CPU table's caches, not this machine's (an L2 of 2 MiB holds the 7 x 4 tile).
-    skylake_x = Target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512 -num-cores=2")
-    three = annotated(default_schedule(conv(3), skylake_x), "conv2d_nhwc")
+    three = annotated(default_schedule(conv(3), AVX512), "conv2d_nhwc")
     assert three["xx.1"] == (7, Annotation.UNROLL) and three["ff.1"] == (2, Annotation.UNROLL)
-    one = annotated(default_schedule(conv(1), skylake_x), "conv2d_nhwc")
+    one = annotated(default_schedule(conv(1), AVX512), "conv2d_nhwc")
     assert one["xx.1"] == (7, Annotation.UNROLL) and one["ff.1"] == (4, Annotation.UNROLL)
 
 
@@ -223,9 +222,10 @@ def test_channel_tiles_go_outside_when_weights_outweigh_the_input() -> None:
     w = b.param("w", rng.standard_normal((1, 1, 1024, 512)).astype("float32"))
     attrs = ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "NHWC", "HWIO")
     dag = _only_group(*b.build([b.add("conv", [x, w], attrs)]))
-    two = default_schedule(dag, Target("llvm -mcpu=skylake-avx512 -num-cores=2"))
+    two = default_schedule(dag, AVX512)
     assert two.stage("conv2d_nhwc").iters[0].name == "ff.0@nn@yy@xx.0"
-    one = default_schedule(dag, Target("llvm -mcpu=skylake-avx512 -num-cores=1"))
+    one_core = "llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512 -num-cores=1"
+    one = default_schedule(dag, Target(one_core))
     assert one.stage("conv2d_nhwc").iters[0].name == "nn@yy@xx.0@ff.0"
     input_heavy = default_schedule(conv_dag((1, 56, 56, 64), 64), AVX512)
     assert input_heavy.stage("T_relu").iters[0].name == "ax0@ax1@ax2.0@ax3.0"
