@@ -4,6 +4,8 @@ expressions for split/fuse patterns, and statement-level clean-ups.
 (Named test_loop_simplify.py: tests/graph/passes/test_simplify.py takes the plain name
 and the test tree has no packages.)"""
 
+import importlib
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -299,3 +301,40 @@ def test_decided_if_with_else_and_empty_results():
     assert simplify(_loop(i, 4, IfThenElse(i > 5, then))) == Seq(())
     tmp = Buffer("T", (4,), "int64", "local")
     assert simplify(Allocate(tmp, _loop(i, 4, IfThenElse(i > 5, then)))) == Seq(())
+
+
+# -- the shared memo ----------------------------------------------------------------------
+
+
+def test_the_shared_memo_answers_by_the_ranges_of_the_expressions_own_variables() -> None:
+    module = importlib.import_module("ember.loop.simplify")  # ember.loop.simplify: the function
+    module._MEMO.clear()
+    quarter = Binary(BinaryOp.FLOOR_DIV, X, Const(4))
+    assert simplify_expr(quarter, {X: 4}) == Const(0)
+    assert module._MEMO[quarter, ((X, Interval(0, 3)),)] == Const(0)
+    # Another range of x is another answer; a range of a variable it lacks is not.
+    assert simplify_expr(quarter, {X: 8}) == quarter
+    assert module._MEMO[quarter, ((X, Interval(0, 7)),)] == quarter
+    assert simplify_expr(quarter, {X: 4, Y: 100}) == Const(0)
+    assert all(Y not in dict(ranges) for _, ranges in module._MEMO)
+    # What the memo answered is what a fresh simplification gives.
+    module._MEMO.clear()
+    assert simplify_expr(quarter, {X: 4, Y: 100}) == Const(0)
+
+
+def test_the_shared_memo_keeps_reads_and_floats_out() -> None:
+    module = importlib.import_module("ember.loop.simplify")  # ember.loop.simplify: the function
+    module._MEMO.clear()
+    # Equal buffers that are different objects: each read keeps its own.
+    first, second = Buffer("A", (8,), "int64"), Buffer("A", (8,), "int64")
+    index = X + Const(0)
+    for buffer in (first, second):
+        read = simplify_expr(Load(buffer, (index,)), {X: 8})
+        assert isinstance(read, Load) and read.buffer is buffer and read.indices == (X,)
+    # The index inside the read went through the memo; the read did not.
+    assert list(module._MEMO) == [(index, ((X, Interval(0, 7)),))]
+    # 0.0 equals -0.0: float arithmetic is never answered from the memo.
+    value = Var("v", "float32")
+    for zero in (0.0, -0.0):
+        result = simplify_expr(Binary(BinaryOp.MUL, value, Const(zero, "float32")))
+        assert format_expr(result) == format_expr(value * Const(zero, "float32"))
