@@ -284,10 +284,12 @@ class _Simplifier:
         if memoise and (known := self.memo.get(expr)) is not None:
             return known
         old = children(expr)
-        if shared:
-            new = tuple(self.expr(child) for child in old)
-        else:
-            new = tuple(self._expr(child, shared=False) for child in old)
+        # A loop, not a generator expression: a generator's frame per level would
+        # halve the depth of float expressions Python's recursion limit allows.
+        simplified: list[Expr] = []
+        for child in old:
+            simplified.append(self.expr(child) if shared else self._expr(child, shared=False))
+        new = tuple(simplified)
         changed = any(a is not b for a, b in zip(old, new, strict=True))
         result = self._node(rebuild(expr, new) if changed else expr)
         if memoise:
@@ -366,7 +368,8 @@ def simplify_expr(expr: Expr, ranges: Mapping[Var, int | Interval] | None = None
 # simplify the same index expressions over and over: the states a search round lowers
 # share their DAG, and a kernel's loops repeat their neighbours' indices (240 random
 # ResNet-18 states: 10,207 `simplify_expr` calls in lowering, 1,957 distinct; the
-# simplifier was two thirds of lowering). Cleared when full, to bound the memory.
+# simplifier was two thirds of lowering). Cleared when full, to bound the memory; a
+# change to the rule tables at run time must clear it too.
 _MEMO: dict[tuple[Expr, tuple[tuple[Var, Interval], ...]], Expr] = {}
 _MEMO_SIZE = 20_000
 
@@ -390,9 +393,14 @@ def _memo_key(
             "float"
         ):
             stack.extend(children(node))
-        elif not isinstance(node, Const) or node.dtype.startswith("float"):
+        elif (
+            not isinstance(node, Const)
+            or node.dtype.startswith("float")
+            or isinstance(node.value, float)  # Const(2.0, "int64") equals Const(2)
+        ):
             return None
-    return expr, tuple(sorted(variables.items(), key=lambda item: item[0].name))
+    # Equal expressions are walked alike, so their variables come in the same order.
+    return expr, tuple(variables.items())
 
 
 # -- statements -------------------------------------------------------------------------

@@ -333,6 +333,10 @@ def test_the_shared_memo_keeps_reads_and_floats_out() -> None:
         assert isinstance(read, Load) and read.buffer is buffer and read.indices == (X,)
     # The index inside the read went through the memo; the read did not.
     assert list(module._MEMO) == [(index, ((X, Interval(0, 7)),))]
+    # Const(2.0, "int64") equals Const(2): neither answers for the other.
+    for two in (2.0, 2):
+        result = simplify_expr(minimum(X, Const(two)), {X: 8})
+        assert isinstance(result, Binary) and type(result.b.value) is type(two)  # type: ignore[attr-defined]
     # 0.0 equals -0.0: float arithmetic is never answered from the memo.
     value = Var("v", "float32")
     for zero in (0.0, -0.0):
