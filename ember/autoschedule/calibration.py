@@ -382,14 +382,21 @@ def time_defaults_alone(
     tasks: Sequence[SearchTask], builder: Builder, runner: TimingSettable
 ) -> list[dict[Timing, float]]:
     """Per task, the mean seconds of its default schedule alone under each timing that
-    could time it (a timing that failed is left out)."""
+    could time it (a timing that failed is left out). Each task is timed under every
+    timing before the next task, so that a burst of another tenant's work on a shared
+    machine slows a few tasks under all timings alike, not one timing of every task:
+    ViT-B/16's defaults timed one timing after another once came out 63% slower
+    under cold-weights timing than in a calibration a few minutes later, which chose
+    cold timing and made the run three times as long (BENCHMARKS.md, issue 19,
+    thirteenth session)."""
     inputs = [MeasureInput(task, default_schedule(task.compute_dag, task.target)) for task in tasks]
     built = builder.build(inputs)
     times: list[dict[Timing, float]] = [{} for _ in tasks]
     try:
-        for timing in TIMING_PREFERENCE:
-            runner.set_timing(timing)
-            for index, result in enumerate(runner.run(inputs, built)):
+        for index, (measure_input, library) in enumerate(zip(inputs, built, strict=True)):
+            for timing in TIMING_PREFERENCE:
+                runner.set_timing(timing)
+                (result,) = runner.run([measure_input], [library])
                 if result.ok:
                     times[index][timing] = result.median_cost
     finally:

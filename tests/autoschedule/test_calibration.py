@@ -16,6 +16,7 @@ from fake_measure import SMALL_SEARCH, FakeBuilder, dense_relu_task
 import ember
 from ember.autoschedule import LocalBuilder, LocalRunner, SearchTask, extract_tasks
 from ember.autoschedule.calibration import (
+    TIMING_PREFERENCE,
     Calibration,
     CalibrationError,
     TaskTimes,
@@ -101,6 +102,7 @@ class TimingRunner:
         self.factors = factors
         self.timing = Timing.WARM
         self.timings: list[Timing] = []
+        self.calls: list[tuple[str, Timing]] = []  # (task, timing) of each candidate timed
 
     def set_timing(self, timing: Timing) -> None:
         self.timing = timing
@@ -109,6 +111,7 @@ class TimingRunner:
     def run(
         self, inputs: Sequence[MeasureInput], build_results: Sequence[BuildResult]
     ) -> list[MeasureResult]:
+        self.calls += [(measure_input.task.desc, self.timing) for measure_input in inputs]
         factor = self.factors.get(self.timing)
         if factor is None:
             return [MeasureResult((), ErrorKind.RUNTIME, "cannot") for _ in inputs]
@@ -136,6 +139,9 @@ def test_calibration_picks_the_timing_the_runner_makes_right(
     # Each task's default schedule is built once and timed under every timing.
     assert [desc for desc, _ in builder.built] == ["big", "small"]
     assert sorted(runner.timings[:3], key=str) == sorted(Timing, key=str)
+    # Every timing of one task before the next: a burst on the machine falls on a task's
+    # timings alike.
+    assert runner.calls == [(desc, t) for desc in ("big", "small") for t in TIMING_PREFERENCE]
     assert calibration.untuned_seconds == pytest.approx(5e-5)
     assert calibration.network_seconds == pytest.approx(2 * 4e-3 + 1e-4 + 5e-5)
     big, small = calibration.tasks
