@@ -62,7 +62,7 @@ from ember.te.expr import (
     UnaryOp,
     Var,
 )
-from ember.te.visit import children, rebuild
+from ember.te.visit import children, rebuild, walk
 
 EMPTY = Seq(())  # what a statement that does nothing simplifies to
 
@@ -384,15 +384,12 @@ def _memo_key(
     if isinstance(expr, Var | Const):
         return None  # nothing to save
     variables: dict[Var, Interval] = {}
-    stack = [expr]
-    while stack:
-        node = stack.pop()
+    for node in walk(expr):  # stops at the first node that is not integer arithmetic
         if isinstance(node, Var):
             variables[node] = ranges.get(node, UNBOUNDED)
-        elif isinstance(node, Binary | Unary | Select | Cast) and not node.dtype.startswith(
-            "float"
-        ):
-            stack.extend(children(node))
+        elif isinstance(node, Binary | Unary | Select | Cast):
+            if node.dtype.startswith("float"):
+                return None
         elif (
             not isinstance(node, Const)
             or node.dtype.startswith("float")
