@@ -619,12 +619,21 @@ class CRenderer(Renderer):
         return text, precedence
 
     def guarded_load(self, condition: Expr, true_value: Expr, false_value: Expr) -> str | None:
-        """`condition ? load : other` without a branch, or None: the load reads a safe
-        address (the start of its buffer) when the condition is false and its lanes
-        are then replaced by `other`. Only for a contiguous vector load, of a buffer at
-        least a vector long, against an `other` that cannot fault; this is what an
-        inlined padding looks like in a depthwise conv or a pool, where a branch per
-        load would cost more than the arithmetic."""
+        """`condition ? load : other` as one helper, or None. Only for a contiguous
+        vector load, of a buffer at least a vector long, against an `other` that cannot
+        fault; this is what an inlined padding looks like in a depthwise conv or a
+        pool. How the helper does it depends on the architecture it is compiled for:
+        - elsewhere (AArch64, 32-bit ARM), without a branch: the load reads a safe
+          address (the start of its buffer) when the condition is false, and its
+          lanes are then replaced by `other`; with a branch per load, GCC kept a
+          depthwise conv's accumulators on the stack (tests/schedule/
+          test_neon_disassembly.py);
+        - on x86-64, as C's lazy ?: (the load made only where the condition holds),
+          which GCC and clang turn into what suits them there: the branch-free form
+          ran MobileNetV2's first depthwise conv 13% slower with GCC 12 and 2x slower
+          with clang 19 (which kept the pointer choice as a `cmov` and the select as
+          vector ANDs), the network 3.5% and 11% slower (BENCHMARKS.md, issue 19,
+          fourteenth session)."""
         if _is_contiguous_load(false_value) and _cannot_fault(true_value):
             condition = Unary(UnaryOp.NOT, condition)
             true_value, false_value = false_value, true_value
@@ -647,7 +656,12 @@ class CRenderer(Renderer):
             name,
             f"static inline {vtype} {name}(_Bool c, const {t}* p, const {t}* safe, "
             f"{vtype} otherwise) {{\n"
-            f"  return {select}({mask}, {load}(c ? p : safe), otherwise);\n}}",
+            "#if defined(__x86_64__)\n"
+            "  (void)safe;\n"
+            f"  return c ? {load}(p) : otherwise;\n"
+            "#else\n"
+            f"  return {select}({mask}, {load}(c ? p : safe), otherwise);\n"
+            "#endif\n}",
         )
         flat = flatten_index(buffer, true_value.indices)
         assert isinstance(flat, Ramp)
