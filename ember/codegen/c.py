@@ -623,17 +623,18 @@ class CRenderer(Renderer):
         vector load, of a buffer at least a vector long, against an `other` that cannot
         fault; this is what an inlined padding looks like in a depthwise conv or a
         pool. How the helper does it depends on the architecture it is compiled for:
-        - elsewhere (AArch64, 32-bit ARM), without a branch: the load reads a safe
-          address (the start of its buffer) when the condition is false, and its
-          lanes are then replaced by `other`; with a branch per load, GCC kept a
-          depthwise conv's accumulators on the stack (tests/schedule/
-          test_neon_disassembly.py);
-        - on x86-64, as C's lazy ?: (the load made only where the condition holds),
-          which GCC and clang turn into what suits them there: the branch-free form
+        - on x86-64, C's lazy ?: (the load made only where the condition holds), which
+          GCC and clang turn into what suits them there. The branch-free form below
           ran MobileNetV2's first depthwise conv 13% slower with GCC 12 and 2x slower
           with clang 19 (which kept the pointer choice as a `cmov` and the select as
-          vector ANDs), the network 3.5% and 11% slower (BENCHMARKS.md, issue 19,
-          fourteenth session)."""
+          vector ANDs); MobileNetV2 built by clang 19 ran 1.11x GCC's time with it
+          (BENCHMARKS.md, issue 19, fourteenth session);
+        - on every other architecture (AArch64, 32-bit ARM, i386), without a branch:
+          the load reads a safe address (the start of its buffer) when the condition
+          is false, and its lanes are then replaced by `other`. With a branch per load,
+          GCC kept an AArch64 depthwise conv's accumulators on the stack
+          (tests/schedule/test_neon_disassembly.py). Cross builds run this form under
+          qemu (tests/test_build.py)."""
         if _is_contiguous_load(false_value) and _cannot_fault(true_value):
             condition = Unary(UnaryOp.NOT, condition)
             true_value, false_value = false_value, true_value

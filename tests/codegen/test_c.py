@@ -492,9 +492,9 @@ def test_unsupported_dtype_is_a_codegen_error() -> None:
 
 def test_select_on_a_scalar_condition_stays_lazy_around_vector_branches() -> None:
     """Row padding: out[i, :] = A[i - 1, :] for i >= 1, else 0; row -1 is never read:
-    on x86-64 (where this runs) the helper is C's lazy ?:; elsewhere, without a
-    branch, the load reads the start of A instead when the condition is false, and
-    the lanes are then replaced by the other branch."""
+    on x86-64 the helper is C's lazy ?:; elsewhere, without a branch, the load reads
+    the start of A instead when the condition is false, and the lanes are then
+    replaced by the other branch (run under qemu by tests/test_build.py)."""
     a, out = Buffer("A", (3, 8), F32), Buffer("out", (4, 8), F32)
     value = select(i >= 1, Load(a, (i - 1, v)), Const(0.0, F32))
     body = loop(i, 4, loop(v, 8, Store(out, (i, v), value), ForKind.VECTORIZED))
