@@ -5,7 +5,8 @@ content-hash build cache. The C backends (`ember.backend`) compile and link with
     path = compile_shared([source], target, output=my_path)  # uncached, into my_path
     obj = compile_object(source, target); lib = link_shared([obj, ...], target)
 
-Compiler choice: for this machine `$CC`, else gcc, clang or cc; for
+Compiler choice: for this machine `$CC`; else, on x86-64, the newest clang from 19 on
+that links OpenMP (`PREFERRED_CLANG` says why); else gcc, clang or cc; for
 `-mtriple=aarch64-linux-gnu` (any `<triple>`) the cross compiler `<triple>-gcc`; for
 Android triples the NDK clang named by `$EMBER_NDK_CC`. A missing one raises a
 ToolchainError saying what to install.
@@ -20,9 +21,10 @@ round floats to integers, a quantized model's requantization, turn it off:
 `ember.codegen.c`). Flags that differ between GCC and clang follow the compiler's
 `--version` (`Compiler.family`).
 
-clang (`CC=clang`, with its OpenMP runtime: apt-get install clang libomp-dev) compiles
-Ember's kernels in about 60% of GCC's time, which shortens tuning, where compiling
-candidates is most of the work; see BENCHMARKS.md.
+clang 19 (apt-get install clang-19 libomp-19-dev; `make test` and `make demo` install
+it where they can) compiles Ember's kernels in about 60% of GCC's time, which shortens
+tuning, where compiling candidates is most of the work; see BENCHMARKS.md. `CC=gcc`
+keeps GCC.
 
 Builds are cached under `cache_dir()/kernels` by a hash of the sources, the flags and
 the compiler's version. Each build happens in a private temporary directory and is
@@ -34,6 +36,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -141,12 +144,7 @@ def _compiler_command(target: Target) -> tuple[str, ...]:
             if shutil.which(command[0]) is None:
                 raise ToolchainError(f"CC={configured!r} is not an executable: fix or unset CC")
             return command
-        for name in ("gcc", "clang", "cc"):
-            if shutil.which(name):
-                return (name,)
-        raise ToolchainError(
-            "no C compiler found on PATH: install gcc (apt-get install gcc) or set CC"
-        )
+        return _default_host_compiler(target.target_arch, os.environ.get("PATH", os.defpath))
     triple = _gnu_triple(target)
     cross = f"{triple}-gcc"
     if shutil.which(cross) is None:
@@ -155,6 +153,70 @@ def _compiler_command(target: Target) -> tuple[str, ...]:
             f"(apt-get install gcc-{triple})"
         )
     return (cross,)
+
+
+# On x86-64, when $CC is unset, the newest clang from PREFERRED_CLANG on (`clang` or
+# `clang-NN` on PATH) whose OpenMP runtime links comes first: clang 19 compiles Ember's
+# kernels in about 0.6 of GCC 12's time, and the kernels it tunes run as fast as GCC's
+# (0.975-1.022x untuned; BENCHMARKS.md, issue 19), which shortens tuning, where
+# compiling candidates is most of the work. Older clangs were not measured. Elsewhere
+# (an AArch64 host) gcc comes first: the code generator's choices for ARM were made
+# against GCC's output (tests/schedule/test_neon_disassembly.py).
+PREFERRED_CLANG = 19
+_CLANG_NAME = re.compile(r"clang(-\d+)?")
+_CLANG_VERSION = re.compile(r"clang version (\d+)")
+
+
+@functools.cache
+def _default_host_compiler(arch: str, path: str) -> tuple[str, ...]:
+    """The host compiler when $CC is unset, for an `arch` host and a PATH of `path`."""
+    if arch == "x86_64":
+        clang = _newest_clang(path)
+        if clang is not None:
+            return (clang,)
+    for name in ("gcc", "clang", "cc"):
+        if shutil.which(name, path=path):
+            return (name,)
+    raise ToolchainError("no C compiler found on PATH: install gcc (apt-get install gcc) or set CC")
+
+
+def _newest_clang(path: str) -> str | None:
+    """The name of the newest clang on `path` from PREFERRED_CLANG on that can build
+    OpenMP code, or None."""
+    found: dict[str, int] = {}
+    for directory in path.split(os.pathsep):
+        try:
+            names = os.listdir(directory or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name in found or not _CLANG_NAME.fullmatch(name):
+                continue
+            executable = shutil.which(name, path=path)
+            if executable is None:
+                continue
+            version = _CLANG_VERSION.search(_compiler_version((executable,)))
+            if version and int(version.group(1)) >= PREFERRED_CLANG:
+                found[name] = int(version.group(1))
+    for name in sorted(found, key=lambda name: (-found[name], name)):
+        if _builds_openmp(shutil.which(name, path=path) or name):
+            return name
+    return None
+
+
+@functools.cache
+def _builds_openmp(executable: str) -> bool:
+    """Whether `executable` compiles and links a shared library using OpenMP: clang
+    needs its runtime installed apart (apt-get install libomp-NN-dev)."""
+    with tempfile.TemporaryDirectory(prefix="ember-openmp-") as work:
+        source = Path(work) / "probe.c"
+        source.write_text("#include <omp.h>\nint probe(void) { return omp_get_max_threads(); }\n")
+        argv = [executable, "-fopenmp", "-fPIC", "-shared", str(source), "-o", f"{work}/p.so"]
+        try:
+            result = subprocess.run(argv, capture_output=True, check=False, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return result.returncode == 0
 
 
 def _gnu_triple(target: Target) -> str:

@@ -3,6 +3,7 @@ with checked arguments, and aarch64 kernels cross-compiled and run under qemu.""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from ember.codegen import output_args
 from ember.errors import EmberError, KernelCallError, ToolchainError
 from ember.loop.ir import Buffer, For, ForKind, Load, PrimFunc, Stmt, Store, seq
 from ember.target import Target, host_triple
-from ember.te.expr import Const, Var, call, maximum
+from ember.te.expr import Const, Var, call, maximum, select
 from ember.toolchain import compile_executable, compile_shared, find_compiler
 
 F32 = "float32"
@@ -110,6 +111,85 @@ def test_missing_cross_compiler_says_what_to_install(
         find_compiler(Target("llvm -mtriple=armv7l-linux-gnueabihf"))
     with pytest.raises(ToolchainError, match="install gcc"):
         find_compiler(Target("llvm"))
+
+
+def fake_compiler(directory: Path, name: str, version: str, *, links_openmp: bool) -> None:
+    """A script named `name` that prints `version` for --version and succeeds at a build
+    (the OpenMP probe) only if `links_openmp`."""
+    script = directory / name
+    script.write_text(
+        f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "{version}"; exit 0; }}\n'
+        f"exit {0 if links_openmp else 1}\n"
+    )
+    script.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("compilers", "arch", "expected"),
+    [
+        # On x86-64 the newest clang from 19 on whose OpenMP links comes first.
+        ({"gcc": (12, True), "clang-19": (19, True), "clang-20": (20, True)}, "x86_64", "clang-20"),
+        (
+            {"gcc": (12, True), "clang-19": (19, True), "clang-20": (20, False)},
+            "x86_64",
+            "clang-19",
+        ),
+        ({"gcc": (12, True), "clang": (19, True)}, "x86_64", "clang"),
+        # Older or OpenMP-less clangs, and other hosts, get gcc.
+        ({"gcc": (12, True), "clang-18": (18, True), "clang": (14, True)}, "x86_64", "gcc"),
+        ({"gcc": (12, True), "clang-19": (19, False)}, "x86_64", "gcc"),
+        ({"gcc": (12, True), "clang-19": (19, True)}, "aarch64", "gcc"),
+        # With no gcc, any clang named clang, then cc.
+        ({"clang": (14, True), "cc": (12, True)}, "x86_64", "clang"),
+        ({"cc": (12, True)}, "x86_64", "cc"),
+    ],
+)
+def test_host_compiler_preference(
+    compilers: dict[str, tuple[int, bool]], arch: str, expected: str, tmp_path: Path
+) -> None:
+    for name, (major, links_openmp) in compilers.items():
+        version = f"Debian clang version {major}.1.7" if "clang" in name else f"gcc {major}.2.0"
+        fake_compiler(tmp_path, name, version, links_openmp=links_openmp)
+    assert toolchain._default_host_compiler(arch, str(tmp_path)) == (expected,)
+
+
+def test_cc_overrides_the_preference(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake_compiler(tmp_path, "clang-19", "Debian clang version 19.1.7", links_openmp=True)
+    fake_compiler(tmp_path, "my-gcc", "gcc 12.2.0", links_openmp=True)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CC", "my-gcc")
+    assert find_compiler(Target("llvm")).command == ("my-gcc",)
+    monkeypatch.delenv("CC")
+    assert find_compiler(Target("llvm")).command == ("clang-19",)
+
+
+def host_compilers() -> list[str]:
+    """gcc and, on x86-64, the clang Ember prefers, where installed: both build kernels
+    here whichever the default is."""
+    found = [name for name in ("gcc",) if shutil.which(name)]
+    if Target("llvm").target_arch == "x86_64":
+        clang = toolchain._newest_clang(os.environ.get("PATH", os.defpath))
+        found += [clang] if clang else []
+    return found
+
+
+@pytest.mark.parametrize("compiler", host_compilers())
+def test_each_host_compiler_builds_kernels_that_match_numpy(
+    compiler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row padding, out[i, :] = 2 * A[i - 1, :] for i >= 1, else 0, in a parallel loop
+    of vector rows: a guarded vector load (the C renderer's per-architecture helper),
+    built by each host compiler, run, and compared with numpy."""
+    monkeypatch.setenv("CC", compiler)
+    a, out = Buffer("A", (3, 8), F32), Buffer("out", (4, 8), F32)
+    value = select(i >= 1, Load(a, (i - 1, v)), Const(0.0, F32)) * 2.0
+    body = loop(i, 4, loop(v, 8, Store(out, (i, v), value), ForKind.VECTORIZED), ForKind.PARALLEL)
+    kernel = build_kernel(PrimFunc("pad_rows", (a, out), body), "llvm")
+    rows = np.arange(24, dtype=np.float32).reshape(3, 8)
+    result = np.full((4, 8), np.nan, np.float32)
+    kernel(rows, result)
+    np.testing.assert_array_equal(result, np.concatenate([np.zeros((1, 8), np.float32), rows]) * 2)
+    assert find_compiler(Target("llvm")).command == (compiler,)
 
 
 def test_android_needs_ember_ndk_cc(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -331,6 +331,7 @@ def _tune(args: argparse.Namespace) -> int:
         f"'{target}', {format_count(total)} FLOPs in all:"
     )
     print("\n".join(describe_tasks(tasks, weights)))
+    print(_compiler_line(target))
     scheduler = _scheduler(args, tasks, weights)  # first: it refuses a missing cost model
     builder, runner = _measurers(args)
     default_network: Module | None = None  # the calibration's, kept for the run
@@ -359,6 +360,21 @@ def _tune(args: argparse.Namespace) -> int:
     finally:
         if default_network is not None:
             default_network.close()
+
+
+def _compiler_line(target: Target) -> str:
+    """Which compiler builds the candidates: records are the best schedules for it."""
+    from ember.errors import ToolchainError
+    from ember.toolchain import find_compiler
+
+    try:
+        compiler = find_compiler(target)
+    except ToolchainError as error:
+        return f"Compiler: none ({error})"
+    return (
+        f"Compiler: {shlex.join(compiler.command)} ({compiler.version}); the records are "
+        "for it (CC chooses another)"
+    )
 
 
 def _tune_and_check(

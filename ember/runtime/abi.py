@@ -115,10 +115,12 @@ class TensorSpec:
 # then sleep. Both ends were measured (BENCHMARKS.md, "Threads under load"): sleeping
 # at once (OMP_WAIT_POLICY=passive) made each of a run's ~100 regions wait for its
 # threads to be woken, 25-35 us a region on a virtual machine (MobileNetV3-small 0.7
-# -> 4 ms); spinning without a bound wastes a core shared with another program. libgomp
-# reads these when it loads, so they are set before any library is.
-OPENMP_DEFAULTS = {"GOMP_SPINCOUNT": "300000"}
-_OPENMP_USER_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+# -> 4 ms); spinning without a bound wastes a core shared with another program. Kernels
+# built by clang use LLVM's libomp, whose spin is KMP_BLOCKTIME in milliseconds (200 by
+# default), so it gets the same millisecond. Both runtimes read these when they start,
+# so they are set before any library is loaded.
+OPENMP_DEFAULTS = {"GOMP_SPINCOUNT": "300000", "KMP_BLOCKTIME": "1"}
+_OPENMP_USER_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 
 
 def load_library(path: str | Path) -> ctypes.CDLL:

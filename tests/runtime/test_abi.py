@@ -78,8 +78,9 @@ def test_loading_what_is_not_an_ember_library_says_so(tmp_path: Path) -> None:
 
 
 # OpenMP's idle threads: a process that loads Ember kernels spins a bounded while
-# (GOMP_SPINCOUNT=300000; BENCHMARKS.md, "Threads under load") unless the user chose a
-# wait policy or a spin count. Checked in fresh processes: libgomp reads it once, at load.
+# (GOMP_SPINCOUNT=300000 for libgomp, KMP_BLOCKTIME=1 for clang's libomp; BENCHMARKS.md,
+# "Threads under load") unless the user chose a wait policy or a spin. Checked in fresh
+# processes: the runtimes read them once, when they start.
 LOAD = """
 import os, numpy as np, ember
 from ember.graph import GraphBuilder
@@ -87,22 +88,24 @@ b = GraphBuilder()
 y = b.add("relu", [b.input("x", (64,))])
 graph, params = b.build([y])
 ember.build(graph, "llvm", params=params).load()
-print(os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT"))
+print(*(os.environ.get(name) for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")))
 """
 
 
 @pytest.mark.parametrize(
     ("given", "expected"),
     [
-        ({}, "None 300000"),
-        ({"OMP_WAIT_POLICY": "passive"}, "passive None"),
-        ({"GOMP_SPINCOUNT": "1000"}, "None 1000"),
+        ({}, "None 300000 1"),
+        ({"OMP_WAIT_POLICY": "passive"}, "passive None None"),
+        ({"GOMP_SPINCOUNT": "1000"}, "None 1000 None"),
+        ({"KMP_BLOCKTIME": "0"}, "None None 0"),
     ],
 )
 def test_loading_kernels_bounds_the_spin_unless_the_user_chose(
     given: dict[str, str], expected: str
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    chosen = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+    env = {k: v for k, v in os.environ.items() if k not in chosen}
     env.update(given)
     result = subprocess.run(
         [sys.executable, "-c", LOAD], env=env, capture_output=True, text=True, timeout=300
