@@ -27,23 +27,23 @@ $(VENV)/.installed-examples: pyproject.toml | $(BIN)/activate
 demo: $(VENV)/.installed-examples host-compiler
 	$(BIN)/python -m ember.testing.demo
 
-# On x86-64 Ember compiles with clang 19 where it is installed with its OpenMP runtime:
-# it compiles kernels in about 0.6 of GCC's time, which is most of a tuning run
-# (ember/toolchain.py, PREFERRED_CLANG). Installed when we can (root with apt-get);
-# otherwise Ember uses gcc.
+# On x86-64 Ember compiles native code with clang 19 or newer where it is installed with
+# its OpenMP runtime: it compiles kernels in about 0.6 of GCC's time, which is most of a
+# tuning run (ember/toolchain.py, PREFERRED_CLANG). Installed when none is there and we
+# can (root with apt-get; never removing a package); otherwise Ember uses gcc.
 HOST_COMPILER_PACKAGES := clang-19 libomp-19-dev
-host-compiler:
-	@if [ "$$(uname -m)" = x86_64 ] && ! dpkg -s $(HOST_COMPILER_PACKAGES) >/dev/null 2>&1 \
-	    && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+host-compiler: $(VENV)/.installed-base
+	@if [ "$$(uname -m)" = x86_64 ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	    && ! $(BIN)/python -c 'import sys, ember.toolchain as t; sys.exit(t.preferred_clang() is None)'; then \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq $(HOST_COMPILER_PACKAGES)) >/dev/null 2>&1 || true; \
+	    apt-get install -y -qq --no-remove $(HOST_COMPILER_PACKAGES)) >/dev/null 2>&1 || true; \
 	fi
 
 # The aarch64 and 32-bit ARM tests cross-compile kernels and run them under qemu. Install the tools
 # when we can (root with apt-get); otherwise those tests skip and say why.
 CROSS_PACKAGES := gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf \
   libc6-dev-armhf-cross qemu-user
-cross-tools:
+cross-tools: host-compiler
 	@if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v arm-linux-gnueabihf-gcc >/dev/null \
 	    || ! command -v qemu-aarch64 >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

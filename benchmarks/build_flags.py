@@ -8,8 +8,9 @@ Takes MODEL's (default resnet-18) largest tasks, samples `--per-task` random can
 of each (the tuner's first-round sampler; with --records, random records of a tuning
 log of MODEL instead: the evolved candidates a run spends most of its builds on), and
 for each flag variant (the toolchain's
--O3 flags with -O2 and/or -fno-ivopts added last, which override; `CC=clang-14` in a
-variant builds with that compiler instead) reports the median
+-O3 flags with -O2 and/or -fno-ivopts added last, which override; `CC=gcc` or
+`CC=clang-19` in a variant builds with that compiler instead; -fno-ivopts is GCC's and
+clang ignores it) reports the median
 wall time of lowering + rendering + compiling + linking one candidate, and the
 candidates' kernel times (cold-weights timing, the LocalRunner) relative to -O3's:
 median and geometric mean of the per-candidate ratios. Lowering and rendering alone

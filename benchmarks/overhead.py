@@ -197,13 +197,15 @@ def report_shape(shape: tuple[int, ...], args: argparse.Namespace, work: Path) -
 
 def report_fork_join(threads: int) -> None:
     from ember.runtime.abi import load_library
-    from ember.toolchain import compile_shared
+    from ember.toolchain import compile_shared, find_compiler
 
-    # Through Ember's loader: libgomp with the wait policy Ember's kernels run under.
+    # Through Ember's loader: the compiler's OpenMP runtime (libgomp, or libomp for clang)
+    # with the wait policy Ember's kernels run under.
     library = load_library(compile_shared([FORK_JOIN_SOURCE], "llvm"))
     library.region_ns.restype = ctypes.c_double
     library.region_ns.argtypes = [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32]
-    print("\nOpenMP alone (libgomp, C loop of 100000; median of 7):")
+    runtime = "libomp" if find_compiler("llvm").family == "clang" else "libgomp"
+    print(f"\nOpenMP alone ({runtime}, C loop of 100000; median of 7):")
     for team in sorted({1, threads}):
         row = []
         for kind, label in ((0, "plain call"), (1, "empty parallel"), (2, "parallel for")):

@@ -5,8 +5,9 @@ content-hash build cache. The C backends (`ember.backend`) compile and link with
     path = compile_shared([source], target, output=my_path)  # uncached, into my_path
     obj = compile_object(source, target); lib = link_shared([obj, ...], target)
 
-Compiler choice: for this machine `$CC`; else, on x86-64, the newest clang from 19 on
-that links OpenMP (`PREFERRED_CLANG` says why); else gcc, clang or cc; for
+Compiler choice: for this machine `$CC`; else, for native x86-64 code, the newest
+clang from 19 on with a working OpenMP (`PREFERRED_CLANG` says why); else gcc, clang
+or cc; for
 `-mtriple=aarch64-linux-gnu` (any `<triple>`) the cross compiler `<triple>-gcc`; for
 Android triples the NDK clang named by `$EMBER_NDK_CC`. A missing one raises a
 ToolchainError saying what to install.
@@ -144,7 +145,9 @@ def _compiler_command(target: Target) -> tuple[str, ...]:
             if shutil.which(command[0]) is None:
                 raise ToolchainError(f"CC={configured!r} is not an executable: fix or unset CC")
             return command
-        return _default_host_compiler(target.target_arch, os.environ.get("PATH", os.defpath))
+        # clang's kernels need its OpenMP runtime where they run: only for this machine.
+        arch = target.target_arch if target.is_native else "portable"
+        return _default_host_compiler(arch, os.environ.get("PATH", os.defpath))
     triple = _gnu_triple(target)
     cross = f"{triple}-gcc"
     if shutil.which(cross) is None:
@@ -155,13 +158,17 @@ def _compiler_command(target: Target) -> tuple[str, ...]:
     return (cross,)
 
 
-# On x86-64, when $CC is unset, the newest clang from PREFERRED_CLANG on (`clang` or
-# `clang-NN` on PATH) whose OpenMP runtime links comes first: clang 19 compiles Ember's
-# kernels in about 0.6 of GCC 12's time, and the kernels it tunes run as fast as GCC's
-# (0.975-1.022x untuned; BENCHMARKS.md, issue 19), which shortens tuning, where
-# compiling candidates is most of the work. Older clangs were not measured. Elsewhere
-# (an AArch64 host) gcc comes first: the code generator's choices for ARM were made
-# against GCC's output (tests/schedule/test_neon_disassembly.py).
+# When $CC is unset and the code is for this x86-64 machine (`-march=native`), the
+# newest clang from PREFERRED_CLANG on (`clang` or `clang-NN` on PATH) whose OpenMP
+# runtime links and loads comes first: clang 19 compiles Ember's kernels in about 0.6
+# of GCC 12's time, which shortens tuning, where compiling candidates is most of the
+# work, and its untuned networks ran in 0.975-1.022x GCC's time (BENCHMARKS.md, issue
+# 19). clang 14 was slower than GCC on MobileNetV2 (1.03-1.07x); clangs after 19 were
+# not measured and are taken as no worse. The kernels then need LLVM's libomp.so.5
+# where they run, so code for other machines (a portable -mcpu, a board reached by RPC)
+# keeps gcc, which needs libgomp.so.1; so do other hosts (an AArch64 one), where the
+# code generator's choices were made against GCC's output
+# (tests/schedule/test_neon_disassembly.py).
 PREFERRED_CLANG = 19
 _CLANG_NAME = re.compile(r"clang(-\d+)?")
 _CLANG_VERSION = re.compile(r"clang version (\d+)")
@@ -169,9 +176,10 @@ _CLANG_VERSION = re.compile(r"clang version (\d+)")
 
 @functools.cache
 def _default_host_compiler(arch: str, path: str) -> tuple[str, ...]:
-    """The host compiler when $CC is unset, for an `arch` host and a PATH of `path`."""
+    """The host compiler when $CC is unset, for native code of an `arch` host
+    ("portable" for code that may run elsewhere) and a PATH of `path`."""
     if arch == "x86_64":
-        clang = _newest_clang(path)
+        clang = preferred_clang(path)
         if clang is not None:
             return (clang,)
     for name in ("gcc", "clang", "cc"):
@@ -180,9 +188,10 @@ def _default_host_compiler(arch: str, path: str) -> tuple[str, ...]:
     raise ToolchainError("no C compiler found on PATH: install gcc (apt-get install gcc) or set CC")
 
 
-def _newest_clang(path: str) -> str | None:
-    """The name of the newest clang on `path` from PREFERRED_CLANG on that can build
-    OpenMP code, or None."""
+def preferred_clang(path: str | None = None) -> str | None:
+    """The name of the newest clang on `path` (default $PATH) from PREFERRED_CLANG on
+    whose OpenMP programs build and load, or None (`make host-compiler` asks)."""
+    path = os.environ.get("PATH", os.defpath) if path is None else path
     found: dict[str, int] = {}
     for directory in path.split(os.pathsep):
         try:
@@ -193,30 +202,52 @@ def _newest_clang(path: str) -> str | None:
             if name in found or not _CLANG_NAME.fullmatch(name):
                 continue
             executable = shutil.which(name, path=path)
-            if executable is None:
-                continue
-            version = _CLANG_VERSION.search(_compiler_version((executable,)))
-            if version and int(version.group(1)) >= PREFERRED_CLANG:
-                found[name] = int(version.group(1))
+            major = _clang_major(executable) if executable else None
+            if major is not None and major >= PREFERRED_CLANG:
+                found[name] = major
     for name in sorted(found, key=lambda name: (-found[name], name)):
-        if _builds_openmp(shutil.which(name, path=path) or name):
+        if _runs_openmp(shutil.which(name, path=path) or name):
             return name
     return None
 
 
 @functools.cache
-def _builds_openmp(executable: str) -> bool:
-    """Whether `executable` compiles and links a shared library using OpenMP: clang
-    needs its runtime installed apart (apt-get install libomp-NN-dev)."""
+def _clang_major(executable: str) -> int | None:
+    """clang's major version from `--version`; None for anything else, or for a file
+    named clang that does not run (a wrong-architecture binary, a hanging wrapper)."""
+    try:
+        result = subprocess.run(
+            [executable, "--version"], capture_output=True, text=True, check=False, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    version = _CLANG_VERSION.search(result.stdout) if result.returncode == 0 else None
+    return int(version.group(1)) if version else None
+
+
+@functools.cache
+def _runs_openmp(executable: str) -> bool:
+    """Whether `executable` builds an OpenMP program that then runs: clang needs its
+    runtime installed apart (apt-get install libomp-NN-dev), and a clang from a
+    tarball may link one the loader then does not find."""
     with tempfile.TemporaryDirectory(prefix="ember-openmp-") as work:
-        source = Path(work) / "probe.c"
-        source.write_text("#include <omp.h>\nint probe(void) { return omp_get_max_threads(); }\n")
-        argv = [executable, "-fopenmp", "-fPIC", "-shared", str(source), "-o", f"{work}/p.so"]
+        source, program = Path(work) / "probe.c", Path(work) / "probe"
+        source.write_text(
+            "#include <omp.h>\nint main(void) { return omp_get_max_threads() > 0 ? 0 : 1; }\n"
+        )
         try:
-            result = subprocess.run(argv, capture_output=True, check=False, timeout=120)
-        except (OSError, subprocess.TimeoutExpired):
+            built = subprocess.run(
+                [executable, "-fopenmp", str(source), "-o", str(program)],
+                capture_output=True,
+                check=False,
+                timeout=120,
+            )
+            if built.returncode != 0:
+                return False
+            ran = subprocess.run([str(program)], capture_output=True, check=False, timeout=60)
+        except (OSError, subprocess.SubprocessError):
             return False
-    return result.returncode == 0
+    return ran.returncode == 0
 
 
 def _gnu_triple(target: Target) -> str:

@@ -26,6 +26,8 @@ from ember.autoschedule.task_scheduler import SchedulerResult
 from ember.cli import build_parser, main
 from ember.cli_commands import tune as tune_command
 from ember.cli_commands.common import load_model, parse_shapes
+from ember.target import Target
+from ember.toolchain import find_compiler
 
 REPO = Path(__file__).resolve().parents[1]
 # The built-in MLP on 1 x 3 x 8 x 8 images: 4 tasks, each measured in milliseconds.
@@ -71,6 +73,8 @@ def test_tune_writes_a_log_with_weights_and_prints_table_and_summary(
     assert all(record.task.weight == 1 for record in records)
     assert all(record.task.flops for record in records)
     assert "Extracted 4 tasks" in out and "dense_pack_add_relu" in out
+    compiler = find_compiler(Target("llvm"))
+    assert f"Compiler: {compiler.command[0]} ({compiler.version}); the records" in out
     assert "|  ID  | Latency (ms) | Speed (GFLOPS) | Trials |" in out
     assert "Estimated total latency:" in out
     assert "Tuned 16 trials over 4 tasks in" in out and "build" in out and "run" in out

@@ -3,7 +3,6 @@ with checked arguments, and aarch64 kernels cross-compiled and run under qemu.""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -113,54 +112,88 @@ def test_missing_cross_compiler_says_what_to_install(
         find_compiler(Target("llvm"))
 
 
-def fake_compiler(directory: Path, name: str, version: str, *, links_openmp: bool) -> None:
-    """A script named `name` that prints `version` for --version and succeeds at a build
-    (the OpenMP probe) only if `links_openmp`."""
+def fake_compiler(directory: Path, name: str, version: str, openmp: str = "works") -> None:
+    """A script named `name` that prints `version` for --version; a build (the OpenMP
+    probe) fails if `openmp` is "missing", and writes a program that fails to run if it
+    is "unloadable" (a runtime the loader does not find), one that runs if "works"."""
+    exit_code = {"works": 0, "unloadable": 127}[openmp] if openmp != "missing" else None
+    build = (
+        "exit 1"
+        if exit_code is None
+        else 'while [ $# -gt 0 ]; do [ "$1" = -o ] && out="$2"; shift; done\n'
+        f'printf "#!/bin/sh\\nexit {exit_code}\\n" > "$out"; command -p chmod +x "$out"'
+    )
     script = directory / name
     script.write_text(
-        f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "{version}"; exit 0; }}\n'
-        f"exit {0 if links_openmp else 1}\n"
+        f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "{version}"; exit 0; }}\n{build}\n'
     )
     script.chmod(0o755)
+
+
+@pytest.fixture
+def forget_compilers() -> Iterator[None]:
+    """Fake compilers' version lines stay out of the cache later tests read."""
+    yield
+    toolchain._compiler_version.cache_clear()
+    toolchain._default_host_compiler.cache_clear()
+
+
+CLANG = "Debian clang version {}.1.7"
 
 
 @pytest.mark.parametrize(
     ("compilers", "arch", "expected"),
     [
-        # On x86-64 the newest clang from 19 on whose OpenMP links comes first.
-        ({"gcc": (12, True), "clang-19": (19, True), "clang-20": (20, True)}, "x86_64", "clang-20"),
-        (
-            {"gcc": (12, True), "clang-19": (19, True), "clang-20": (20, False)},
-            "x86_64",
-            "clang-19",
-        ),
-        ({"gcc": (12, True), "clang": (19, True)}, "x86_64", "clang"),
-        # Older or OpenMP-less clangs, and other hosts, get gcc.
-        ({"gcc": (12, True), "clang-18": (18, True), "clang": (14, True)}, "x86_64", "gcc"),
-        ({"gcc": (12, True), "clang-19": (19, False)}, "x86_64", "gcc"),
-        ({"gcc": (12, True), "clang-19": (19, True)}, "aarch64", "gcc"),
+        # For native x86-64 code, the newest clang from 19 on whose OpenMP works first.
+        ({"gcc": 12, "clang-19": 19, "clang-20": 20}, "x86_64", "clang-20"),
+        ({"gcc": 12, "clang-19": 19, "clang-20": (20, "missing")}, "x86_64", "clang-19"),
+        ({"gcc": 12, "clang-19": 19, "clang-20": (20, "unloadable")}, "x86_64", "clang-19"),
+        ({"gcc": 12, "clang": 19}, "x86_64", "clang"),
+        # Older or OpenMP-less clangs, portable code, and other hosts get gcc.
+        ({"gcc": 12, "clang-18": 18, "clang": 14}, "x86_64", "gcc"),
+        ({"gcc": 12, "clang-19": (19, "missing")}, "x86_64", "gcc"),
+        ({"gcc": 12, "clang-19": 19}, "portable", "gcc"),
+        ({"gcc": 12, "clang-19": 19}, "aarch64", "gcc"),
         # With no gcc, any clang named clang, then cc.
-        ({"clang": (14, True), "cc": (12, True)}, "x86_64", "clang"),
-        ({"cc": (12, True)}, "x86_64", "cc"),
+        ({"clang": 14, "cc": 12}, "x86_64", "clang"),
+        ({"cc": 12}, "x86_64", "cc"),
     ],
 )
 def test_host_compiler_preference(
-    compilers: dict[str, tuple[int, bool]], arch: str, expected: str, tmp_path: Path
+    compilers: dict[str, int | tuple[int, str]], arch: str, expected: str, tmp_path: Path
 ) -> None:
-    for name, (major, links_openmp) in compilers.items():
-        version = f"Debian clang version {major}.1.7" if "clang" in name else f"gcc {major}.2.0"
-        fake_compiler(tmp_path, name, version, links_openmp=links_openmp)
+    for name, spec in compilers.items():
+        major, openmp = spec if isinstance(spec, tuple) else (spec, "works")
+        version = CLANG.format(major) if "clang" in name else f"gcc {major}.2.0"
+        fake_compiler(tmp_path, name, version, openmp)
     assert toolchain._default_host_compiler(arch, str(tmp_path)) == (expected,)
 
 
-def test_cc_overrides_the_preference(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    fake_compiler(tmp_path, "clang-19", "Debian clang version 19.1.7", links_openmp=True)
-    fake_compiler(tmp_path, "my-gcc", "gcc 12.2.0", links_openmp=True)
+def test_a_clang_that_does_not_run_is_passed_over(tmp_path: Path) -> None:
+    """A file named clang that cannot run (here, no interpreter) costs nothing: gcc."""
+    (tmp_path / "clang-19").write_text("#!/nonexistent/interpreter\n")
+    (tmp_path / "clang-19").chmod(0o755)
+    fake_compiler(tmp_path, "gcc", "gcc 12.2.0")
+    assert toolchain._default_host_compiler("x86_64", str(tmp_path)) == ("gcc",)
+
+
+@pytest.mark.usefixtures("forget_compilers")
+def test_cc_and_the_target_choose_the_compiler(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake_compiler(tmp_path, "clang-19", CLANG.format(19))
+    fake_compiler(tmp_path, "gcc", "gcc 12.2.0")
+    fake_compiler(tmp_path, "my-cc", "gcc 12.2.0")
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setenv("CC", "my-gcc")
-    assert find_compiler(Target("llvm")).command == ("my-gcc",)
+    monkeypatch.setenv("CC", "my-cc")
+    assert find_compiler(Target("llvm")).command == ("my-cc",)
     monkeypatch.delenv("CC")
+    if Target("llvm").target_arch != "x86_64":
+        assert find_compiler(Target("llvm")).command == ("gcc",)
+        return
     assert find_compiler(Target("llvm")).command == ("clang-19",)
+    # Code for other machines keeps gcc: clang's would need LLVM's libomp there.
+    assert find_compiler(Target("llvm -mcpu=x86-64-v3")).command == ("gcc",)
 
 
 def host_compilers() -> list[str]:
@@ -168,7 +201,7 @@ def host_compilers() -> list[str]:
     here whichever the default is."""
     found = [name for name in ("gcc",) if shutil.which(name)]
     if Target("llvm").target_arch == "x86_64":
-        clang = toolchain._newest_clang(os.environ.get("PATH", os.defpath))
+        clang = toolchain.preferred_clang()
         found += [clang] if clang else []
     return found
 
@@ -189,7 +222,6 @@ def test_each_host_compiler_builds_kernels_that_match_numpy(
     result = np.full((4, 8), np.nan, np.float32)
     kernel(rows, result)
     np.testing.assert_array_equal(result, np.concatenate([np.zeros((1, 8), np.float32), rows]) * 2)
-    assert find_compiler(Target("llvm")).command == (compiler,)
 
 
 def test_android_needs_ember_ndk_cc(monkeypatch: pytest.MonkeyPatch) -> None:

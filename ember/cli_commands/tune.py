@@ -371,9 +371,10 @@ def _compiler_line(target: Target) -> str:
         compiler = find_compiler(target)
     except ToolchainError as error:
         return f"Compiler: none ({error})"
+    choose = "; CC chooses another" if target.is_host else ""
     return (
-        f"Compiler: {shlex.join(compiler.command)} ({compiler.version}); the records are "
-        "for it (CC chooses another)"
+        f"Compiler: {shlex.join(compiler.command)} ({compiler.version}); the records are the "
+        f"best schedules for it{choose}"
     )
 
 

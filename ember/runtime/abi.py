@@ -109,27 +109,27 @@ class TensorSpec:
         return f"{self.name} {self.shape} {self.dtype}"
 
 
-# OpenMP settings for every process that runs Ember's kernels, unless the user chose a
-# wait policy or a spin count: idle threads spin a bounded while (300000 polls, about a
-# millisecond, libgomp's own default, made explicit) at the end of a parallel region,
-# then sleep. Both ends were measured (BENCHMARKS.md, "Threads under load"): sleeping
-# at once (OMP_WAIT_POLICY=passive) made each of a run's ~100 regions wait for its
-# threads to be woken, 25-35 us a region on a virtual machine (MobileNetV3-small 0.7
-# -> 4 ms); spinning without a bound wastes a core shared with another program. Kernels
-# built by clang use LLVM's libomp, whose spin is KMP_BLOCKTIME in milliseconds (200 by
-# default), so it gets the same millisecond. Both runtimes read these when they start,
-# so they are set before any library is loaded.
+# OpenMP settings for every process that runs Ember's kernels, each unless the user
+# chose a wait policy or that runtime's spin: idle threads spin a bounded while
+# (300000 polls, about a millisecond, libgomp's own default, made explicit) at the end
+# of a parallel region, then sleep. Both ends were measured (BENCHMARKS.md, "Threads
+# under load"): sleeping at once (OMP_WAIT_POLICY=passive) made each of a run's ~100
+# regions wait for its threads to be woken, 25-35 us a region on a virtual machine
+# (MobileNetV3-small 0.7 -> 4 ms); spinning without a bound wastes a core shared with
+# another program. Kernels built by clang use LLVM's libomp, whose spin is
+# KMP_BLOCKTIME in milliseconds (200 by default), so it gets the same millisecond. The
+# runtimes read these when they start, so they are set before any library is loaded.
 OPENMP_DEFAULTS = {"GOMP_SPINCOUNT": "300000", "KMP_BLOCKTIME": "1"}
-_OPENMP_USER_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 
 
 def load_library(path: str | Path) -> ctypes.CDLL:
-    """Load a library of Ember's kernels (or one linking them), with OPENMP_DEFAULTS
-    put into this process's environment first where the user has set none of
-    `_OPENMP_USER_SETTINGS` (a later change has no effect). The one way every Ember
-    library is loaded."""
-    if not any(name in os.environ for name in _OPENMP_USER_SETTINGS):
-        os.environ.update(OPENMP_DEFAULTS)
+    """Load a library of Ember's kernels (or one linking them), with each of
+    OPENMP_DEFAULTS put into this process's environment first where the user has set
+    neither it nor OMP_WAIT_POLICY (a later change has no effect). The one way every
+    Ember library is loaded."""
+    if "OMP_WAIT_POLICY" not in os.environ:
+        for name, value in OPENMP_DEFAULTS.items():
+            os.environ.setdefault(name, value)
     return ctypes.CDLL(str(path))
 
 

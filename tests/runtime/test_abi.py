@@ -79,8 +79,8 @@ def test_loading_what_is_not_an_ember_library_says_so(tmp_path: Path) -> None:
 
 # OpenMP's idle threads: a process that loads Ember kernels spins a bounded while
 # (GOMP_SPINCOUNT=300000 for libgomp, KMP_BLOCKTIME=1 for clang's libomp; BENCHMARKS.md,
-# "Threads under load") unless the user chose a wait policy or a spin. Checked in fresh
-# processes: the runtimes read them once, when they start.
+# "Threads under load"), each unless the user chose a wait policy or that runtime's
+# spin. Checked in fresh processes: the runtimes read them once, when they start.
 LOAD = """
 import os, numpy as np, ember
 from ember.graph import GraphBuilder
@@ -97,8 +97,8 @@ print(*(os.environ.get(name) for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "
     [
         ({}, "None 300000 1"),
         ({"OMP_WAIT_POLICY": "passive"}, "passive None None"),
-        ({"GOMP_SPINCOUNT": "1000"}, "None 1000 None"),
-        ({"KMP_BLOCKTIME": "0"}, "None None 0"),
+        ({"GOMP_SPINCOUNT": "1000"}, "None 1000 1"),
+        ({"KMP_BLOCKTIME": "0"}, "None 300000 0"),
     ],
 )
 def test_loading_kernels_bounds_the_spin_unless_the_user_chose(
