@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from compilers import host_compilers
 
 from ember import toolchain
 from ember.backend import Kernel, build_kernel, kernel_source
@@ -194,16 +195,6 @@ def test_cc_and_the_target_choose_the_compiler(
     assert find_compiler(Target("llvm")).command == ("clang-19",)
     # Code for other machines keeps gcc: clang's would need LLVM's libomp there.
     assert find_compiler(Target("llvm -mcpu=x86-64-v3")).command == ("gcc",)
-
-
-def host_compilers() -> list[str]:
-    """gcc and, on x86-64, the clang Ember prefers, where installed: both build kernels
-    here whichever the default is."""
-    found = [name for name in ("gcc",) if shutil.which(name)]
-    if Target("llvm").target_arch == "x86_64":
-        clang = toolchain.preferred_clang()
-        found += [clang] if clang else []
-    return found
 
 
 @pytest.mark.parametrize("compiler", host_compilers())
