@@ -100,6 +100,13 @@ class Compiler:
         """ "clang" or "gcc" (any other compiler is taken to accept GCC's flags)."""
         return "clang" if "clang" in self.version.lower() else "gcc"
 
+    @property
+    def identity(self) -> str:
+        """Family and major version, "gcc 12" or "clang 19": what tuning records note,
+        since a schedule tuned with one compiler can be slower built by another."""
+        version = re.search(r"(\d+)\.\d+", self.version)
+        return f"{self.family} {version.group(1)}" if version else self.family
+
     def argv(self, *args: str) -> list[str]:
         compiling = self.compile_flags if "-c" in args else ()
         base = (*BASE_FLAGS, *FAMILY_FLAGS[self.family])
@@ -118,6 +125,15 @@ def find_compiler(target: Target | str) -> Compiler:
     return Compiler(
         command, _target_flags(target), _compiler_version(command), _compile_only_flags(target)
     )
+
+
+def compiler_identity(target: Target | str) -> str:
+    """`Compiler.identity` of the compiler that builds for `target`, or "" where there
+    is none (the builder then fails, saying why)."""
+    try:
+        return find_compiler(target).identity
+    except ToolchainError:
+        return ""
 
 
 def ndk_compiler(why: str) -> tuple[str, ...]:

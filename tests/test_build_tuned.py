@@ -23,6 +23,7 @@ from ember.graph.ops.attrs import ConvAttrs, ReshapeAttrs
 from ember.schedule import SplitStep, State, Step
 from ember.target import Target
 from ember.te import ComputeDAG
+from ember.toolchain import compiler_identity
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -42,7 +43,9 @@ def conv_graph() -> tuple[Graph, Params]:
 
 
 def record(task: SearchTask, steps: tuple[Step, ...], cost: float = 1e-3) -> MeasureRecord:
-    return MeasureRecord(record_task(task), steps, RecordResult((cost,)))
+    """A record as this machine's tuner would write it (its compiler noted)."""
+    compiler = compiler_identity(task.target)
+    return MeasureRecord(record_task(task), steps, RecordResult((cost,), compiler=compiler))
 
 
 def run_and_compare(graph: Graph, params: Params, library: ember.Library) -> None:

@@ -75,6 +75,8 @@ def test_tune_writes_a_log_with_weights_and_prints_table_and_summary(
     assert "Extracted 4 tasks" in out and "dense_pack_add_relu" in out
     compiler = find_compiler(Target("llvm"))
     assert f"Compiler: {compiler.command[0]} ({compiler.version}); the records" in out
+    # Trials and in-network times alike note the compiler that built them.
+    assert {record.result.compiler for record in records} == {compiler.identity}
     assert "|  ID  | Latency (ms) | Speed (GFLOPS) | Trials |" in out
     assert "Estimated total latency:" in out
     assert "Tuned 16 trials over 4 tasks in" in out and "build" in out and "run" in out

@@ -60,6 +60,7 @@ def test_flags_follow_the_compiler_family() -> None:
     clang = toolchain.Compiler(("clang-14",), (), "Debian clang version 14.0.6")
     ndk = toolchain.Compiler(("cc",), (), "Android (11349228) clang version 18.0.2")
     assert gcc.family == "gcc" and clang.family == "clang" and ndk.family == "clang"
+    assert (gcc.identity, clang.identity, ndk.identity) == ("gcc 12", "clang 14", "clang 18")
     assert {"-ffp-contract=fast", "-fno-tree-loop-vectorize"} <= set(gcc.argv("-c"))
     for compiler in (clang, ndk):
         argv = compiler.argv("-c")

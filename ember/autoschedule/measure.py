@@ -35,6 +35,7 @@ from ember.autoschedule.records import (
 from ember.autoschedule.task import SearchTask
 from ember.schedule.state import State
 from ember.schedule.steps import Step
+from ember.toolchain import compiler_identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +164,13 @@ def to_record(
     return MeasureRecord(
         record_task(measure_input.task, weight),
         steps,
-        RecordResult(result.costs, result.error, result.message, result.timestamp),
+        RecordResult(
+            result.costs,
+            result.error,
+            result.message,
+            result.timestamp,
+            compiler=compiler_identity(measure_input.task.target),
+        ),
     )
 
 

@@ -116,6 +116,9 @@ class RecordResult:
     # tuned schedules against the defaults there), not a tuning trial timed alone:
     # `distill` prefers such records, and nothing that learns from trials reads them.
     in_network: bool = False
+    # The compiler that built the candidate (`Compiler.identity`, "gcc 12"); "" in
+    # records written before Ember noted it.
+    compiler: str = ""
 
     @property
     def median_cost(self) -> float:
@@ -134,6 +137,8 @@ class RecordResult:
         }
         if self.in_network:  # absent otherwise: older readers see what they know
             data["in_network"] = True
+        if self.compiler:
+            data["compiler"] = self.compiler
         return data
 
     @staticmethod
@@ -155,8 +160,11 @@ class RecordResult:
         in_network = data.get("in_network", False)
         if not isinstance(in_network, bool):
             raise RecordsError("result in_network must be true or false")
+        compiler = data.get("compiler", "")
+        if not isinstance(compiler, str):
+            raise RecordsError("result compiler must be a string")
         costs_seconds = tuple(float(c) for c in costs)
-        return RecordResult(costs_seconds, error, message, float(timestamp), in_network)
+        return RecordResult(costs_seconds, error, message, float(timestamp), in_network, compiler)
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +338,7 @@ class ApplyHistoryBest:
     def __init__(self, source: str | os.PathLike[str] | Iterable[MeasureRecord]) -> None:
         best = distill(_records(source))
         self._best = {(r.task.workload_key, r.task.target): r for r in best}
+        self._warned: set[str] = set()  # compilers of records already warned of
 
     def best(self, workload_key: str, target: object) -> MeasureRecord | None:
         """The best valid record for the workload and target (or its string)."""
@@ -340,7 +349,40 @@ class ApplyHistoryBest:
         when the record's steps do not apply to `dag` (the caller, which knows the
         kernel, warns and uses the default schedule)."""
         best = self.best(workload_key, target)
-        return None if best is None else replay(dag, best.steps)
+        if best is None:
+            return None
+        self._warn_of_another_compiler(best.result.compiler, target)
+        return replay(dag, best.steps)
+
+    def _warn_of_another_compiler(self, tuned_with: str, target: Target) -> None:
+        """Warn, once per pair, when a record was measured with another compiler than
+        the one that builds for `target` now: the schedules are the fastest for it
+        (ResNet-18's tuned with one ran 9-10% slower built by the other, BENCHMARKS.md).
+        Records without a note come from before Ember noted it, when it compiled with
+        gcc unless $CC said otherwise: they warn only a clang build."""
+        from ember.toolchain import compiler_identity
+
+        building_with = compiler_identity(target)
+        unnoted = not tuned_with
+        if unnoted:
+            tuned_with = "gcc" if building_with.startswith("clang") else building_with
+        if not building_with or tuned_with == building_with or tuned_with in self._warned:
+            return
+        self._warned.add(tuned_with)
+        measured = (
+            "carry no compiler note (written before Ember noted it, when it compiled with gcc "
+            "unless CC said otherwise)"
+            if unnoted
+            else f"were measured with {tuned_with}"
+        )
+        named = "-".join(tuned_with.split())  # "clang 19" -> clang-19, Debian's name
+        warnings.warn(
+            f"tuning records for target {target} {measured}, and this build compiles with "
+            f"{building_with}: the schedules are the fastest for the compiler that measured "
+            f"them and may run slower built by another; build with CC={named} (or that "
+            "compiler's name here) as tuned, or tune again",
+            stacklevel=6,
+        )
 
 
 def distill(records: Iterable[MeasureRecord]) -> list[MeasureRecord]:

@@ -547,6 +547,7 @@ def check_in_network(
     from ember.schedule import replay
     from ember.schedule.default import default_schedule
     from ember.schedule.steps import Step
+    from ember.toolchain import compiler_identity
 
     print(
         f"Checking the tuned schedules in the network: each tuned task's {CHECK_CANDIDATES} "
@@ -568,6 +569,7 @@ def check_in_network(
             if not tuned:
                 continue
             schedules = [default_steps, *(record.steps for record in tuned)]
+            compiler = compiler_identity(task.target)
             try:
                 inputs = [MeasureInput(task, replay(task.compute_dag, s)) for s in schedules]
                 built = builder.build(inputs)
@@ -586,7 +588,11 @@ def check_in_network(
             if min(range(len(seconds)), key=seconds.__getitem__) == 0:
                 defaults.append(index)
             new_records += [
-                MeasureRecord(tuned[0].task, steps, RecordResult((time,), in_network=True))
+                MeasureRecord(
+                    tuned[0].task,
+                    steps,
+                    RecordResult((time,), in_network=True, compiler=compiler),
+                )
                 for steps, time in zip(schedules, seconds, strict=True)
             ]
         RecordToFile(records).write(new_records)

@@ -13,6 +13,7 @@ import pytest
 
 from ember import te
 from ember.autoschedule import (
+    ApplyHistoryBest,
     ErrorKind,
     MeasureRecord,
     RecordResult,
@@ -26,6 +27,8 @@ from ember.autoschedule import (
 from ember.cli import main
 from ember.errors import EmberError
 from ember.schedule import Annotation, AnnotationStep, SplitStep, replay
+from ember.target import Target
+from ember.toolchain import compiler_identity
 
 
 def dense_dag(m: int = 5, n: int = 6, k: int = 7) -> te.ComputeDAG:
@@ -81,6 +84,49 @@ def test_round_trip_through_a_file_replays_the_same_state(tmp_path: Path) -> Non
     assert loaded[0] == original and loaded[1].result.error is ErrorKind.TIMEOUT
     dag = dense_dag()
     assert replay(dag, loaded[0].steps) == replay(dag, original.steps)
+
+
+def test_records_note_the_compiler_and_older_records_load_without_it(tmp_path: Path) -> None:
+    noted = dataclasses.replace(
+        record(), result=dataclasses.replace(record().result, compiler="gcc 12")
+    )
+    log = write(tmp_path / "log.json", noted, record())
+    first, second = (json.loads(line)["result"] for line in log.read_text().splitlines())
+    assert first["compiler"] == "gcc 12" and "compiler" not in second
+    assert [r.result.compiler for r in load_records(log)] == ["gcc 12", ""]
+    broken = log.read_text().replace('"compiler":"gcc 12"', '"compiler":12')
+    log.write_text(broken)
+    with pytest.warns(UserWarning, match="skipped 1 damaged line"):
+        load_records(log)
+
+
+def test_records_of_another_compiler_warn_once_when_applied() -> None:
+    """A schedule tuned with one compiler can run slower built by another: applying
+    records measured with a compiler other than this target's says so, once."""
+    here = compiler_identity("llvm")
+    assert here.split()[0] in ("gcc", "clang") and here.split()[1].isdigit()
+    ours = dataclasses.replace(record(), result=dataclasses.replace(record().result, compiler=here))
+    theirs = dataclasses.replace(ours, result=dataclasses.replace(ours.result, compiler="gcc 1"))
+    other = dataclasses.replace(
+        theirs, task=dataclasses.replace(theirs.task, workload_key=OTHER_KEY)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ApplyHistoryBest([ours]).lookup(KEY, dense_dag(), Target("llvm")) is not None
+    # Records from before the note were built with gcc unless CC said otherwise.
+    with warnings.catch_warnings(record=True) as unnoted:
+        warnings.simplefilter("always")
+        assert ApplyHistoryBest([record()]).lookup(KEY, dense_dag(), Target("llvm")) is not None
+    assert len(unnoted) == int(here.startswith("clang"))
+    assert all("carry no compiler note" in str(w.message) for w in unnoted)
+    source = ApplyHistoryBest([theirs, other])
+    with pytest.warns(UserWarning) as caught:
+        source.lookup(KEY, dense_dag(), Target("llvm"))
+        source.lookup(OTHER_KEY, dense_dag(), Target("llvm"))
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert f"measured with gcc 1, and this build compiles with {here}" in message
+    assert "CC=gcc-1" in message
 
 
 def test_damaged_lines_are_skipped_with_one_warning(tmp_path: Path) -> None:
