@@ -104,7 +104,10 @@ class Compiler:
     def identity(self) -> str:
         """Family and major version, "gcc 12" or "clang 19": what tuning records note,
         since a schedule tuned with one compiler can be slower built by another."""
-        version = re.search(r"(\d+)\.\d+", self.version)
+        if self.family == "clang":
+            version = _CLANG_VERSION.search(self.version)
+        else:  # GCC's version follows its packager's note: "gcc (Debian 12.2.0-14) 12.2.0"
+            version = re.search(r"(?:^|\)|\s)(\d+)(?:\.\d+)*\s*$", self.version)
         return f"{self.family} {version.group(1)}" if version else self.family
 
     def argv(self, *args: str) -> list[str]:
@@ -132,7 +135,7 @@ def compiler_identity(target: Target | str) -> str:
     is none (the builder then fails, saying why)."""
     try:
         return find_compiler(target).identity
-    except ToolchainError:
+    except (ToolchainError, subprocess.SubprocessError):
         return ""
 
 

@@ -61,6 +61,17 @@ def test_flags_follow_the_compiler_family() -> None:
     ndk = toolchain.Compiler(("cc",), (), "Android (11349228) clang version 18.0.2")
     assert gcc.family == "gcc" and clang.family == "clang" and ndk.family == "clang"
     assert (gcc.identity, clang.identity, ndk.identity) == ("gcc 12", "clang 14", "clang 18")
+    # What tuning records note: the major version, not a packager's number before it.
+    for line, identity in [
+        ("gcc (crosstool-NG 1.25.0) 12.2.0", "gcc 12"),
+        ("gcc (Buildroot 2021.02.4) 10.3.0", "gcc 10"),
+        ("x86_64-linux-gnu-gcc-12 (Debian 12.2.0-14) 12.2.0", "gcc 12"),
+        ("gcc (GCC) 13", "gcc 13"),
+        ("Ubuntu clang version 19.1.1 (1ubuntu1)", "clang 19"),
+        ("Apple clang version 15.0.0 (clang-1500.3.9.4)", "clang 15"),
+        ("", "gcc"),
+    ]:
+        assert toolchain.Compiler(("cc",), (), line).identity == identity, line
     assert {"-ffp-contract=fast", "-fno-tree-loop-vectorize"} <= set(gcc.argv("-c"))
     for compiler in (clang, ndk):
         argv = compiler.argv("-c")

@@ -2,8 +2,9 @@
 
 A line holds the task (workload key, target, hardware parameters, optional FLOPs), the
 transform steps of the measured State, and the result (costs in seconds, error kind,
-message, timestamp, and `in_network` for a time taken inside the network rather than
-alone), with a format version. `RecordToFile` appends, flushes and fsyncs
+message, timestamp, `in_network` for a time taken inside the network rather than
+alone, and `compiler`, the family and major version of the compiler that built the
+candidate), with a format version. `RecordToFile` appends, flushes and fsyncs
 on every call, so a killed tuning run loses at most the round in flight; `load_records`
 skips damaged lines (a truncated last line, garbage) with one warning and a count.
 """
@@ -338,7 +339,7 @@ class ApplyHistoryBest:
     def __init__(self, source: str | os.PathLike[str] | Iterable[MeasureRecord]) -> None:
         best = distill(_records(source))
         self._best = {(r.task.workload_key, r.task.target): r for r in best}
-        self._warned: set[str] = set()  # compilers of records already warned of
+        self._warned: set[tuple[str, str, str]] = set()  # (target, tuned, building) told
 
     def best(self, workload_key: str, target: object) -> MeasureRecord | None:
         """The best valid record for the workload and target (or its string)."""
@@ -351,37 +352,43 @@ class ApplyHistoryBest:
         best = self.best(workload_key, target)
         if best is None:
             return None
+        state = replay(dag, best.steps)
         self._warn_of_another_compiler(best.result.compiler, target)
-        return replay(dag, best.steps)
+        return state
 
     def _warn_of_another_compiler(self, tuned_with: str, target: Target) -> None:
-        """Warn, once per pair, when a record was measured with another compiler than
-        the one that builds for `target` now: the schedules are the fastest for it
-        (ResNet-18's tuned with one ran 9-10% slower built by the other, BENCHMARKS.md).
-        Records without a note come from before Ember noted it, when it compiled with
-        gcc unless $CC said otherwise: they warn only a clang build."""
+        """Warn, once per target and pair, when a record was measured by a compiler of
+        another family than the one that builds for `target` now: the schedules are
+        the fastest for that one (ResNet-18's tuned with GCC or clang ran 9-10% slower
+        built by the other, BENCHMARKS.md; versions of one family were not compared).
+        Records without a note come from before Ember noted it, most likely from gcc
+        (the default until clang 19 became it on x86-64): they warn a clang build."""
         from ember.toolchain import compiler_identity
 
         building_with = compiler_identity(target)
         unnoted = not tuned_with
-        if unnoted:
-            tuned_with = "gcc" if building_with.startswith("clang") else building_with
-        if not building_with or tuned_with == building_with or tuned_with in self._warned:
+        family = tuned_with.split()[0] if tuned_with else "gcc"
+        key = (str(target), tuned_with, building_with)
+        if not building_with or building_with.split()[0] == family or key in self._warned:
             return
-        self._warned.add(tuned_with)
+        self._warned.add(key)
         measured = (
-            "carry no compiler note (written before Ember noted it, when it compiled with gcc "
-            "unless CC said otherwise)"
+            "carry no compiler note (written before Ember noted it, most likely by gcc)"
             if unnoted
             else f"were measured with {tuned_with}"
         )
-        named = "-".join(tuned_with.split())  # "clang 19" -> clang-19, Debian's name
+        if target.is_host:
+            how = f"build with CC={'-'.join(tuned_with.split()) if tuned_with else 'gcc'}"
+        elif target.is_android:
+            how = f"point EMBER_NDK_CC at a {family} for it"
+        else:
+            how = f"put a {family} cross compiler first on PATH"
         warnings.warn(
             f"tuning records for target {target} {measured}, and this build compiles with "
             f"{building_with}: the schedules are the fastest for the compiler that measured "
-            f"them and may run slower built by another; build with CC={named} (or that "
-            "compiler's name here) as tuned, or tune again",
-            stacklevel=6,
+            f"them and may run slower built by another; {how} to build them as tuned, or "
+            "tune again",
+            stacklevel=2,
         )
 
 
