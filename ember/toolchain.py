@@ -211,7 +211,7 @@ def preferred_clang(path: str | None = None) -> str | None:
     """The name of the newest clang on `path` (default $PATH) from PREFERRED_CLANG on
     whose OpenMP programs build and load, or None (`make host-compiler` asks)."""
     path = os.environ.get("PATH", os.defpath) if path is None else path
-    found: dict[str, int] = {}
+    found: dict[str, tuple[int, str]] = {}  # name -> (major version, executable)
     for directory in path.split(os.pathsep):
         try:
             names = os.listdir(directory or ".")
@@ -222,25 +222,21 @@ def preferred_clang(path: str | None = None) -> str | None:
                 continue
             executable = shutil.which(name, path=path)
             major = _clang_major(executable) if executable else None
-            if major is not None and major >= PREFERRED_CLANG:
-                found[name] = major
-    for name in sorted(found, key=lambda name: (-found[name], name)):
-        if _runs_openmp(shutil.which(name, path=path) or name):
+            if executable and major is not None and major >= PREFERRED_CLANG:
+                found[name] = (major, executable)
+    for name in sorted(found, key=lambda name: (-found[name][0], name)):
+        if _runs_openmp(found[name][1]):
             return name
     return None
 
 
-@functools.cache
 def _clang_major(executable: str) -> int | None:
     """clang's major version from `--version`; None for anything else, or for a file
     named clang that does not run (a wrong-architecture binary, a hanging wrapper)."""
     try:
-        result = subprocess.run(
-            [executable, "--version"], capture_output=True, text=True, check=False, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError):
+        version = _CLANG_VERSION.search(_compiler_version((executable,)))
+    except (ToolchainError, subprocess.SubprocessError):
         return None
-    version = _CLANG_VERSION.search(result.stdout) if result.returncode == 0 else None
     return int(version.group(1)) if version else None
 
 
@@ -365,7 +361,8 @@ def _compiler_version(command: tuple[str, ...]) -> str:
         )
     except OSError as error:
         raise ToolchainError(f"cannot run compiler {command[0]}: {error}") from error
-    return (result.stdout or result.stderr).splitlines()[0] if result.returncode == 0 else ""
+    lines = (result.stdout or result.stderr).splitlines() if result.returncode == 0 else []
+    return lines[0] if lines else ""
 
 
 def _as_target(target: Target | str) -> Target:
