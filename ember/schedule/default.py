@@ -17,7 +17,7 @@ The recipe, in the order it is applied:
    (NCHW pads W) stays at root, since inlined it would put a lane-dependent select
    into a vectorized loop, which then cannot be vectorized (its loads may fault).
    A stage of transcendental functions read by several stages (softmax's exp, read
-   by its sum and its division) stays at root too: computed once, not per reader.
+   by its sum and its division) is not inlined either: computed once, not per reader.
 2. *Anchors*: a reduction read only by an output, at the output's own indices (conv,
    dense, pool, ... with their bias/relu/residual epilogue, or alone), gets
    register-resident accumulators: `cache_write(anchor, "local")`, the copy-out stage
@@ -54,11 +54,12 @@ The recipe, in the order it is applied:
    rest as loops (ResNet-50's input padding, 3 channels: fused down to single
    elements it took a quarter of the first conv's time in index divisions).
 
-A group that works row by row (LayerNorm: one injective output, every other root
-stage a reduction along the rows' innermost axis) runs instead in one parallel loop
-over the rows, each reduction computed at that loop for its row (`_schedule_rows`):
-a row is read from memory once per group, not once per stage (LayerNorm over
-ViT-B/16's 197 x 768 on Zen 4, 2 threads: 0.050 -> 0.021 ms).
+A group that works row by row (LayerNorm, softmax: one injective output, every other
+root stage a reduction along the rows' innermost axis or softmax's exp of a row that
+fits in L1) runs instead in one parallel loop over the rows, each stage computed at
+that loop for its row (`_schedule_rows`): a row is read from memory once per group,
+not once per stage (LayerNorm over ViT-B/16's 197 x 768 on Zen 4, 2 threads: 0.050 ->
+0.021 ms; softmax over its 12 x 197 x 197 on a Xeon, 2 threads: 0.200 -> 0.153 ms).
 
 A Winograd conv's input transform, and an output transform with the epilogue inlined
 into it, run tile by tile instead (`default_winograd`).
@@ -728,13 +729,20 @@ def _vectorize_innermost(state: State, index: int, target: Target) -> State:
 # -- row-wise groups ------------------------------------------------------------------
 
 
-def _row_group(state: State) -> tuple[Tensor, list[Tensor]] | None:
-    """The output and the reductions of a group that works row by row (LayerNorm's
-    moments): one injective output of rank >= 2 and, as every other root stage, a
-    reduction along the innermost axis whose shape is the output's rows (keepdims or
-    not). None for any other group: softmax, whose exp is a whole row read by two
-    stages, ran slower in one pass (ViT-B/16's 12x197x197 on Zen 4, 2 threads: 0.41
-    against 0.34 ms in four; GCC makes worse code of the one large loop body)."""
+def _row_group(state: State, l1_bytes: int) -> tuple[Tensor, list[Tensor]] | None:
+    """The output and the other stages of a group that works row by row: one
+    injective output of rank >= 2 and, as every other root stage, a reduction along
+    the innermost axis whose shape is the output's rows, keepdims or not (LayerNorm's
+    moments, softmax's max and sum), or an injective stage of the output's shape whose
+    row, twice over, fits in `l1_bytes` (softmax's exp, kept for the row's later
+    passes). None for any other group.
+
+    Softmax in one pass, against a pass per stage, on a 2-core Xeon (Sapphire Rapids
+    class), clang 19, median ms: 12x197x197 0.153 / 0.200, 12x384x384 0.55 / 0.89,
+    12x128x128 0.065 / 0.069; GCC 12 on ViT-B/16's 12 softmaxes 4.06 / 4.57 ms. (On
+    the Zen 4 of an earlier session, GCC's one-pass code had been slower, 0.41 against
+    0.34 ms; not measured there since.) A longer row stays in passes: it would not
+    stay in L1 between them."""
     outputs = _unique(state.dag.outputs)
     if len(outputs) != 1:
         return None
@@ -748,11 +756,20 @@ def _row_group(state: State) -> tuple[Tensor, list[Tensor]] | None:
         return None
     for stage in members:
         member_op = stage.compute_op
-        if not isinstance(member_op.body, Reduce) or len(member_op.reduce_axes) != 1:
+        reads = expanded_reads(state, _index_of(state, stage.tensor))
+        if not isinstance(member_op.body, Reduce):
+            # A row of costly calls read by several stages (softmax's exp): kept for
+            # the row's next pass where it stays in L1 beside the row it was read from.
+            row_bytes = op.shape[-1] * dtype_bytes(member_op.dtype)
+            if tuple(member_op.shape) != tuple(op.shape) or 2 * row_bytes > l1_bytes:
+                return None
+            if not contiguous_in(reads, member_op.axes[-1].var):
+                return None
+            continue
+        if len(member_op.reduce_axes) != 1:
             return None
         if tuple(member_op.shape) not in (rows, (*rows, 1)):
             return None
-        reads = expanded_reads(state, _index_of(state, stage.tensor))
         if not contiguous_in(reads, member_op.reduce_axes[0].var):
             return None
     return output, [s.tensor for s in members]
@@ -761,11 +778,12 @@ def _row_group(state: State) -> tuple[Tensor, list[Tensor]] | None:
 def _schedule_rows(state: State, target: Target) -> State | None:
     """A row-wise group in one pass over the rows: the output's rows fused into one
     parallel loop, its innermost axis vectorized, and each reduction computed at
-    that loop for its row (by `rfactor`, as `_schedule_row_reduction` does). As
+    that loop for its row (by `rfactor`, as `_schedule_row_reduction` does), as is an
+    injective member (softmax's exp, its row vectorized like the output's). As
     separate parallel passes, each stage read every row from memory again (LayerNorm
     over ViT-B/16's 197 x 768 on Zen 4, 2 threads: 0.050 -> 0.021 ms). None when the
     group is not row-wise."""
-    group = _row_group(state)
+    group = _row_group(state, device_model(target).l1_cache_bytes)
     if group is None:
         return None
     output, members = group
@@ -775,7 +793,11 @@ def _schedule_rows(state: State, target: Target) -> State | None:
     state = _vectorize_innermost(state, index, target)
     state = _parallelize(state, index, rows, work, target)
     for tensor in reversed(members):  # readers first: compute_at needs them placed
-        state = _row_reduction_at_row(state, _index_of(state, tensor), target)
+        member = _index_of(state, tensor)
+        if isinstance(state.stages[member].compute_op.body, Reduce):
+            state = _row_reduction_at_row(state, member, target)
+        else:
+            state = _vectorize_innermost(state, member, target)
         state = ComputeAtStep(_index_of(state, tensor), _index_of(state, output), 0).apply(state)
     return state
 

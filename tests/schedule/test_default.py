@@ -282,23 +282,41 @@ def test_injective_stage_is_vectorized_and_parallel_when_large() -> None:
     assert all(it.annotation is Annotation.NONE for s in small.stages for it in s.iters)
 
 
-def test_softmax_reduces_rows_in_vectors_and_computes_exp_once() -> None:
+def test_softmax_reduces_rows_in_vectors_and_computes_exp_once_per_row() -> None:
     # Rows of 1000 = 62 vectors of 16 and a partial one (vectorize versions the loop).
     state = default_schedule(op_dag("softmax", (8, 1000), AxisAttrs(1)), AVX512)
+    output = state.stage("T_softmax_norm")
     for name in ("T_softmax_maxelem", "T_softmax_expsum"):
         partial, final = state.stage(f"{name}.rf"), state.stage(name)
-        assert final.location is Location.ROOT
+        assert state.stages[final.attach_stage] is output
         assert partial.location is Location.ATTACHED
         assert state.stages[partial.attach_stage] is final
         assert [(it.name, it.extent, it.annotation) for it in partial.iters][-2:] == [
             ("k.0", 63, Annotation.NONE),
             ("k.1", 16, Annotation.VECTORIZE),
         ]
-    # exp is read by the sum and the division: computed once, not once per reader.
-    assert state.stage("T_softmax_exp").location is Location.ROOT
+    # exp is read by the sum and the division: computed once per row, not once per
+    # reader, at the row loop, where the row (4 KB) stays in L1 for the division.
+    exp = state.stage("T_softmax_exp")
+    assert exp.location is Location.ATTACHED and state.stages[exp.attach_stage] is output
+    assert (exp.iters[-1].extent, exp.iters[-1].annotation) == (8, Annotation.VECTORIZE)
     # The division's vectors divide the row: 125 of 8.
-    output = state.stage("T_softmax_norm")
     assert (output.iters[-1].extent, output.iters[-1].annotation) == (8, Annotation.VECTORIZE)
+    # One parallel loop over the rows, the row's buffers inside it.
+    func = lower(state, "softmax")
+    loops = [s for s in walk_stmts(func.body) if isinstance(s, For)]
+    assert loops[0].extent == Const(8, "int64")
+    assert all(loop.kind is not ForKind.PARALLEL for loop in loops[1:])
+    allocations = [s.buffer for s in walk_stmts(func.body) if isinstance(s, Allocate)]
+    assert sorted(b.size for b in allocations) == [1, 1, 16, 16, 1000]
+
+
+def test_softmax_over_rows_longer_than_l1_runs_a_pass_per_stage() -> None:
+    # A row of 16384 floats (64 KiB), twice over, does not fit in L1: exp is computed
+    # once over all rows, and each stage is its own pass.
+    state = default_schedule(op_dag("softmax", (4, 16384), AxisAttrs(1)), AVX512)
+    for name in ("T_softmax_maxelem", "T_softmax_exp", "T_softmax_expsum", "T_softmax_norm"):
+        assert state.stage(name).location is Location.ROOT
 
 
 def test_layer_norm_moments_are_computed_per_row() -> None:
