@@ -332,44 +332,69 @@ def load_best(
     return ApplyHistoryBest(source).best(workload_key, target)
 
 
+def compiler_family(note: str) -> str:
+    """The compiler family of a record's `compiler` note ("gcc 12" -> "gcc"); records
+    without a note come from before Ember noted it, when gcc built them."""
+    return note.split()[0] if note.strip() else "gcc"
+
+
 class ApplyHistoryBest:
     """Tuned schedules from records (a file or MeasureRecords), for `ember.build`: the
-    best valid record's steps for a workload and target (`ScheduleSource`)."""
+    best valid record's steps for a workload and target (`ScheduleSource`). Where the
+    records of a task were measured with compilers of more than one family (a log
+    tuned with gcc, then with clang), `lookup` takes the best of those measured with
+    the family that builds now: a schedule is fastest for the compiler that measured
+    it, and a time measured with another does not say how this one does."""
 
     def __init__(self, source: str | os.PathLike[str] | Iterable[MeasureRecord]) -> None:
-        best = distill(_records(source))
-        self._best = {(r.task.workload_key, r.task.target): r for r in best}
+        records = _records(source)
+        self._best = {(r.task.workload_key, r.task.target): r for r in distill(records)}
+        self._best_by_family = {
+            (r.task.workload_key, r.task.target, compiler_family(r.result.compiler)): r
+            for r in distill_per_compiler(records)
+        }
         self._warned: set[tuple[str, str, str]] = set()  # (target, tuned, building) told
 
-    def best(self, workload_key: str, target: object) -> MeasureRecord | None:
-        """The best valid record for the workload and target (or its string)."""
-        return self._best.get((workload_key, str(target)))
+    def best(self, workload_key: str, target: object, compiler: str = "") -> MeasureRecord | None:
+        """The best valid record for the workload and target (or its string); with a
+        `compiler` (`Compiler.identity`), the best of the records measured with its
+        family where there are any."""
+        key = (workload_key, str(target))
+        if compiler:
+            own = self._best_by_family.get((*key, compiler_family(compiler)))
+            if own is not None:
+                return own
+        return self._best.get(key)
 
     def lookup(self, workload_key: str, dag: ComputeDAG, target: Target) -> State | None:
-        """The best record's State for `dag`, None without a record; a ScheduleError
-        when the record's steps do not apply to `dag` (the caller, which knows the
-        kernel, warns and uses the default schedule)."""
-        best = self.best(workload_key, target)
-        if best is None:
-            return None
-        state = replay(dag, best.steps)
-        self._warn_of_another_compiler(best.result.compiler, target)
-        return state
-
-    def _warn_of_another_compiler(self, tuned_with: str, target: Target) -> None:
-        """Warn, once per target and pair, when a record was measured by a compiler of
-        another family than the one that builds for `target` now: the schedules are
-        the fastest for that one (ResNet-18's tuned with GCC or clang ran 9-10% slower
-        built by the other, BENCHMARKS.md; versions of one family were not compared).
-        Records without a note come from before Ember noted it, most likely from gcc
-        (the default until clang 19 became it on x86-64): they warn a clang build."""
+        """The best record's State for `dag` (of those measured with the building
+        compiler's family where there are any), None without a record; a
+        ScheduleError when the record's steps do not apply to `dag` (the caller, which
+        knows the kernel, warns and uses the default schedule)."""
         from ember.toolchain import compiler_identity
 
         building_with = compiler_identity(target)
+        best = self.best(workload_key, target, building_with)
+        if best is None:
+            return None
+        state = replay(dag, best.steps)
+        self._warn_of_another_compiler(best.result.compiler, building_with, target)
+        return state
+
+    def _warn_of_another_compiler(
+        self, tuned_with: str, building_with: str, target: Target
+    ) -> None:
+        """Warn, once per target and pair, when a record was measured by a compiler of
+        another family than `building_with`, the one that builds for `target` now: the
+        schedules are the fastest for that one (ResNet-18's tuned with GCC or clang ran
+        9-10% slower built by the other, BENCHMARKS.md; versions of one family were
+        not compared). Records without a note come from before Ember noted it, most
+        likely from gcc (the default until clang 19 became it on x86-64): they warn a
+        clang build."""
         unnoted = not tuned_with
-        family = tuned_with.split()[0] if tuned_with else "gcc"
+        family = compiler_family(tuned_with)
         key = (str(target), tuned_with, building_with)
-        if not building_with or building_with.split()[0] == family or key in self._warned:
+        if not building_with or compiler_family(building_with) == family or key in self._warned:
             return
         self._warned.add(key)
         measured = (
@@ -415,6 +440,16 @@ def distill(records: Iterable[MeasureRecord]) -> list[MeasureRecord]:
     return [record for record in chosen_records if record is not None]
 
 
+def distill_per_compiler(records: Iterable[MeasureRecord]) -> list[MeasureRecord]:
+    """`distill` for the records of each compiler family (`compiler_family`) apart:
+    the best record per (workload key, target) of each family that measured it. A
+    log tuned with gcc and then with clang keeps both bests, for builds with either."""
+    by_family: dict[str, list[MeasureRecord]] = {}
+    for record in records:
+        by_family.setdefault(compiler_family(record.result.compiler), []).append(record)
+    return [best for measured in by_family.values() for best in distill(measured)]
+
+
 def fastest_trials(
     source: str | os.PathLike[str] | Iterable[MeasureRecord],
     workload_keys: Sequence[str],
@@ -444,13 +479,14 @@ def distill_file(
     input_path: str | os.PathLike[str], output_path: str | os.PathLike[str] | None = None
 ) -> tuple[Path, list[MeasureRecord]]:
     """Distill `input_path` into `output_path` (default `<input>.best.json`), merged with
-    the records already there; the output is replaced atomically. Returns the output
+    the records already there, the best per task of each compiler family
+    (`distill_per_compiler`); the output is replaced atomically. Returns the output
     path and what it now holds."""
     output = Path(output_path) if output_path is not None else default_distill_output(input_path)
     records = load_records(input_path)
     if output.exists():
         records = load_records(output) + records
-    best = distill(records)
+    best = distill_per_compiler(records)
     try:
         with tempfile.NamedTemporaryFile(
             "w", dir=output.parent, prefix=f".{output.name}.", delete=False

@@ -40,6 +40,7 @@ from ember.autoschedule.measure import (
 from ember.autoschedule.records import (
     ErrorKind,
     MeasureRecord,
+    compiler_family,
     load_best,
     load_records,
     median_seconds,
@@ -52,6 +53,7 @@ from ember.errors import EmberError
 from ember.schedule.default import default_schedule
 from ember.schedule.state import ScheduleError, State
 from ember.schedule.steps import replay
+from ember.toolchain import compiler_identity
 
 MeasureCallback = Callable[[Sequence[MeasureRecord]], None]
 # A challenger of a task's best and the best, timed in turn this many times each (each
@@ -187,7 +189,11 @@ class TaskTuner:
     def load(self, records: Iterable[MeasureRecord]) -> int:
         """Take the task's records from an earlier run: those states are not measured
         again, the best valid one is the best so far, the model learns from them.
+        Records measured with another compiler family than the one that builds now
+        (`compiler_family`) only teach the model: their times say how that compiler's
+        code ran, so their states may be measured again and none is the best so far.
         Returns how many records matched the task."""
+        building_with = compiler_identity(self.task.target)
         inputs: list[MeasureInput] = []
         results: list[MeasureResult] = []
         for record in records:
@@ -197,16 +203,21 @@ class TaskTuner:
                 continue
             if not record.is_trial:  # an in-network time: not comparable with trials
                 continue
+            measured_here = not building_with or compiler_family(
+                record.result.compiler
+            ) == compiler_family(building_with)
             try:
                 state = replay(self.task.compute_dag, record.steps)
             except ScheduleError:
                 self.search.mark_measured([steps_key(record.steps)])
                 continue
             result = MeasureResult(record.result.costs, record.result.error, record.result.message)
-            self.search.record_measured([state], [result.median_cost])
-            self.trials += 1  # the task's trials in all runs (`stats`: this run's)
             inputs.append(MeasureInput(self.task, state))
             results.append(result)
+            if not measured_here:
+                continue
+            self.search.record_measured([state], [result.median_cost])
+            self.trials += 1  # the task's trials in all runs (`stats`: this run's)
             if result.ok and result.median_cost < self.best_cost:
                 self.best_state, self.best_cost = state, result.median_cost
         if inputs:

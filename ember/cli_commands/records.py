@@ -1,10 +1,11 @@
 """`ember records distill -i log.json [-o out.json]` keeps the best valid record per
-(workload, target), merged into the output; `ember records show log.json` prints per
-task the best latency, GFLOPS, trials and errors by kind; `ember records report a.json
-[b.json ...] -o report.html` writes an HTML page (and a PNG) of the estimated
-end-to-end latency against trials, one curve per log, and the per-task tables; `ember
-records train LOG [LOG ...] --model M [--model M2 ...] -o cost_model.npz` trains the
-learned cost model on the records of the models' tasks, for `ember tune --warm-start`."""
+(workload, target) of each compiler family that measured it, merged into the output;
+`ember records show log.json` prints per task the best latency, GFLOPS, trials and
+errors by kind; `ember records report a.json [b.json ...] -o report.html` writes an
+HTML page (and a PNG) of the estimated end-to-end latency against trials, one curve
+per log, and the per-task tables; `ember records train LOG [LOG ...] --model M
+[--model M2 ...] -o cost_model.npz` trains the learned cost model on the records of
+the models' tasks, for `ember tune --warm-start`."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def _latency(seconds: float | None) -> str:
 
 def command_distill(args: argparse.Namespace) -> int:
     output, best = distill_file(args.input, args.output)
-    print(f"wrote {len(best)} record(s), the best per task, to {output}")
+    print(f"wrote {len(best)} record(s), the best per task and compiler family, to {output}")
     return 0
 
 
@@ -130,7 +131,8 @@ def add_parser(commands: Any) -> None:
     records = commands.add_parser("records", help="inspect and distill tuning records")
     actions = records.add_subparsers(dest="records_command", required=True)
     distill = actions.add_parser(
-        "distill", help="keep the best valid record per task, merged into the output"
+        "distill",
+        help="keep the best valid record per task and compiler family, merged into the output",
     )
     distill.add_argument("-i", "--input", required=True, help="records file to distill")
     distill.add_argument(

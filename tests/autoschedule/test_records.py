@@ -133,6 +133,36 @@ def test_records_of_another_compiler_family_warn_when_applied(
         assert f"CC={'-'.join(tuned_with.split()) or 'gcc'} to build them as tuned" in message
 
 
+def test_a_log_of_both_families_applies_the_best_of_the_building_compilers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gcc's best (1 ms) is faster than clang's (2 ms) in a log tuned with each: a
+    clang build takes clang's, whose time was measured on clang's code, and says
+    nothing; a build with a compiler no record was measured with takes the best of
+    all, and warns."""
+    fast_gcc = dataclasses.replace(noted("gcc 12"), steps=record().steps[:1])
+    slow_clang = noted("clang 19")
+    slow_clang = dataclasses.replace(
+        slow_clang, result=dataclasses.replace(slow_clang.result, costs=(2e-3, 2e-3))
+    )
+    source, dag = ApplyHistoryBest([fast_gcc, slow_clang]), dense_dag()
+    assert source.best(KEY, "llvm") is fast_gcc
+    assert source.best(KEY, "llvm", "clang 18") is slow_clang
+    assert source.best(KEY, "llvm", "gcc 13") is fast_gcc
+    assert source.best(KEY, "llvm", "icx 2025") is fast_gcc
+    for building_with, applied, warns in (
+        ("clang 19", slow_clang, False),
+        ("gcc 12", fast_gcc, False),
+        ("icx 2025", fast_gcc, True),
+    ):
+        monkeypatch.setattr("ember.toolchain.compiler_identity", lambda t, c=building_with: c)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            state = source.lookup(KEY, dag, Target("llvm"))
+        assert state == replay(dag, applied.steps)
+        assert len(caught) == int(warns)
+
+
 def test_the_warning_comes_once_per_target_and_not_for_records_that_do_not_apply(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -246,6 +276,29 @@ def test_cli_distill_merges_into_the_existing_output(
     assert "wrote 3 record(s)" in capsys.readouterr().out
     merged = {(r.task.workload_key, r.task.target): r.median_cost for r in load_records(out)}
     assert merged == {(KEY, "llvm"): 1e-3, (KEY, "cuda"): 9e-3, (OTHER_KEY, "llvm"): 2e-3}
+
+
+def test_cli_distill_keeps_the_best_of_each_compiler_family(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def measured(cost: float, compiler: str) -> MeasureRecord:
+        base = record(cost=cost)
+        return dataclasses.replace(base, result=dataclasses.replace(base.result, compiler=compiler))
+
+    log = write(
+        tmp_path / "log.json",
+        record(cost=4e-3),  # no note: gcc's, from before the note
+        measured(3e-3, "gcc 12"),
+        measured(2e-3, "clang 19"),
+        measured(5e-3, "clang 18"),
+    )
+    assert main(["records", "distill", "-i", str(log)]) == 0
+    assert "wrote 2 record(s)" in capsys.readouterr().out
+    kept = load_records(tmp_path / "log.best.json")
+    assert [(r.result.compiler, r.median_cost) for r in kept] == [
+        ("gcc 12", 3e-3),
+        ("clang 19", 2e-3),
+    ]
 
 
 def test_cli_distill_default_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@ measurers: costs are a fixed function of the state, so what the loop does with t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from fake_measure import SMALL_SEARCH, FakeBuilder, FakeRunner, dense_relu_task, state_factor
 
 from ember.autoschedule import ErrorKind, RecordToFile, SearchTask, load_records
+from ember.autoschedule.cost_model import RandomModel
 from ember.autoschedule.measure import BuildResult, MeasureResult, Timing
 from ember.autoschedule.records import MeasureRecord, state_key
 from ember.autoschedule.runner import LocalRunner
@@ -221,6 +223,40 @@ def test_a_resumed_run_skips_what_the_log_measured(tmp_path: Path) -> None:
     best = key(min(records, key=lambda r: r.median_cost))
     assert len(first) == 16 and first & set(builder.keys) <= {best}
     assert resumed.best_cost <= min(r.median_cost for r in load_records(log))
+
+
+def test_records_of_another_compiler_family_only_teach_a_resumed_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log measured with gcc, resumed where clang builds: its times say how gcc's
+    code ran, so its states are not taken as measured and none is the best so far;
+    the model learns from them all the same."""
+    task = dense_relu_task()
+    log = tmp_path / "log.json"
+    tune(task, options(16, measure_callbacks=[RecordToFile(log)]))
+    gcc = [
+        dataclasses.replace(r, result=dataclasses.replace(r.result, compiler="gcc 12"))
+        for r in load_records(log)
+    ]
+    learned: list[int] = []
+
+    class Model(RandomModel):
+        def update(self, inputs, results):  # type: ignore[no-untyped-def]
+            learned.append(len(inputs))
+
+    for building_with, measured_here in (("gcc 13", True), ("clang 19", False)):
+        monkeypatch.setattr(
+            "ember.autoschedule.tuning.compiler_identity", lambda t, c=building_with: c
+        )
+        tuner = TaskTuner(task, Model(0))
+        assert tuner.load(gcc) == 16 and learned[-1] == 16
+        assert (tuner.best_state is not None) is measured_here
+        assert tuner.trials == (16 if measured_here else 0)
+        keys = {state_key(replay(task.compute_dag, r.steps)) for r in gcc}
+        if measured_here:
+            assert keys <= tuner.search.measured
+        else:
+            assert not keys & tuner.search.measured
 
 
 def test_early_stopping_ends_a_task_without_improvement() -> None:
