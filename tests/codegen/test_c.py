@@ -166,6 +166,29 @@ def test_matmul_with_register_accumulators() -> None:
     assert "acc[" not in kernel.source and "acc_0 = acc_0 + " in kernel.source
 
 
+def test_a_long_reduction_loop_prefetches_its_streamed_vectors() -> None:
+    """B's row of 32 floats (128 bytes) is a new cache line every k: the k loop of 96
+    iterations prefetches it 1 KiB ahead (8 rows), once per iteration, not per
+    accumulator row; A's broadcast scalar and the output are not prefetched. A loop of
+    7 iterations, too short to run ahead in, prefetches nothing."""
+    func = matmul(kk=96)
+    a, b, c = inputs_for(func)
+    kernel = build_kernel(func, "llvm")
+    kernel(a, b, c)
+    # 96 products summed in float32 (fused multiply-adds against NumPy's own order):
+    # about 1e-5 apart on sums of size 10.
+    want = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
+    assert kernel.source is not None
+    calls = re.findall(r"ember_prefetch\(&(\w+)\[([^\]]*)\], (\d+)\);", kernel.source)
+    assert [(name, ahead) for name, _, ahead in calls] == [("B", "1024")], calls
+    loop_start = kernel.source.index("for (int64_t k = 0; k < 96; ++k) {")
+    assert loop_start < kernel.source.index("ember_prefetch(&B[")
+    assert "__builtin_prefetch" in kernel.source and "#if defined(__x86_64__)" in kernel.source
+    short = kernel_source(matmul(kk=7), "llvm")
+    assert "ember_prefetch" not in short
+
+
 def test_vectorized_loops_with_tails() -> None:
     """37 elements: 4 vector blocks of 8 plus a 5-element tail, written once as a guarded
     vector loop (versioned: whole vectors, then the tail serially) and once as main
