@@ -325,11 +325,16 @@ def _records(source: str | os.PathLike[str] | Iterable[MeasureRecord]) -> list[M
 
 
 def load_best(
-    source: str | os.PathLike[str] | Iterable[MeasureRecord], workload_key: str, target: object
+    source: str | os.PathLike[str] | Iterable[MeasureRecord],
+    workload_key: str,
+    target: object,
+    compiler: str = "",
 ) -> MeasureRecord | None:
     """The valid record with the lowest mean cost for this workload and target (a
-    Target or its string), or None when there is none. Errors never count."""
-    return ApplyHistoryBest(source).best(workload_key, target)
+    Target or its string), or None when there is none; with a `compiler`
+    (`Compiler.identity`), of the records measured with its family where there are
+    any (`ApplyHistoryBest.best`). Errors never count."""
+    return ApplyHistoryBest(source).best(workload_key, target, compiler)
 
 
 def compiler_family(note: str) -> str:
@@ -442,8 +447,10 @@ def distill(records: Iterable[MeasureRecord]) -> list[MeasureRecord]:
 
 def distill_per_compiler(records: Iterable[MeasureRecord]) -> list[MeasureRecord]:
     """`distill` for the records of each compiler family (`compiler_family`) apart:
-    the best record per (workload key, target) of each family that measured it. A
-    log tuned with gcc and then with clang keeps both bests, for builds with either."""
+    the best record per (workload key, target) of each family that measured it,
+    grouped by family (families in first-seen order, each in its tasks' first-seen
+    order). A log tuned with gcc and then with clang keeps both bests, for builds with
+    either."""
     by_family: dict[str, list[MeasureRecord]] = {}
     for record in records:
         by_family.setdefault(compiler_family(record.result.compiler), []).append(record)
@@ -454,14 +461,19 @@ def fastest_trials(
     source: str | os.PathLike[str] | Iterable[MeasureRecord],
     workload_keys: Sequence[str],
     count: int,
+    compiler: str = "",
 ) -> list[list[MeasureRecord]]:
     """Per workload key, the valid trial records (timed alone) of up to `count`
-    distinct schedules, fastest first: each schedule by its fastest record."""
+    distinct schedules, fastest first: each schedule by its fastest record. With a
+    `compiler` (`Compiler.identity`), only records measured with its family."""
     position = {key: index for index, key in enumerate(workload_keys)}
     fastest: list[dict[str, MeasureRecord]] = [{} for _ in workload_keys]
+    family = compiler_family(compiler) if compiler else None
     for record in _records(source):
         index = position.get(record.task.workload_key)
         if index is None or not record.is_trial or not record.is_valid:
+            continue
+        if family is not None and compiler_family(record.result.compiler) != family:
             continue
         kept, key = fastest[index], steps_key(record.steps)
         if key not in kept or record.median_cost < kept[key].median_cost:

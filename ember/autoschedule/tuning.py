@@ -501,8 +501,10 @@ def _print_progress(tuner: TaskTuner, options: TuningOptions) -> None:
 
 
 def apply_best(task: SearchTask, log: str | os.PathLike[str] | Iterable[MeasureRecord]) -> State:
-    """The fastest valid State for `task` in `log` (a records file or records)."""
-    record = load_best(log, task.workload_key, task.target)
+    """The fastest valid State for `task` in `log` (a records file or records), of
+    those measured with the family of the compiler that builds for its target where
+    there are any, as `ember.build` takes them (`ApplyHistoryBest.lookup`)."""
+    record = load_best(log, task.workload_key, task.target, compiler_identity(task.target))
     if record is None:
         where = log if isinstance(log, str | os.PathLike) else "the given records"
         raise TuningError(

@@ -554,7 +554,12 @@ def check_in_network(
         "fastest schedules and its default, run in its steps in turn",
         flush=True,
     )
-    fastest = fastest_trials(records, [task.workload_key for task in tasks], CHECK_CANDIDATES)
+    # The candidates measured with this build's compiler family: a log resumed across
+    # compilers holds the other's times, which say how its code ran.
+    building_with = compiler_identity(tasks[0].target) if tasks else ""
+    fastest = fastest_trials(
+        records, [task.workload_key for task in tasks], CHECK_CANDIDATES, building_with
+    )
     checked: list[int] = []
     fastest_there: dict[int, float] = {}  # checked task -> its fastest time in the network
     defaults: list[int] = []

@@ -23,10 +23,13 @@ per-kernel glue; it returns -1 when `num_args` is wrong, else 0.
   helpers; min/max return the first operand unless the second compares greater/less,
   so NaN handling matches the loop interpreter. `round` is `nearbyint` in the default
   rounding mode: half to even.
-- A serial loop of 64 or more iterations with no loop inside (a register tile's
-  reduction loop) prefetches, on x86-64, each input vector it loads a cache line or
-  more further every iteration, 1 KiB ahead (`CRenderer._prefetch`): the packed
-  weights a matrix product or conv streams.
+- A serial loop of 64 or more iterations with no loop inside prefetches, on x86-64,
+  each input vector it loads a cache line or more further every iteration, 1 KiB
+  ahead (`CRenderer._prefetch`): the packed weights a register tile's reduction loop
+  streams, which is what it is for, and also an elementwise loop's 64-byte vectors
+  (AVX-512), which the hardware prefetchers follow anyway (one instruction per vector;
+  the networks' measured gains include it). With 32-byte vectors (AVX2) a loop that
+  steps one vector per iteration prefetches nothing (not measured there).
 - Local Allocates accessed only whole (after `promote_registers`: a register tile's
   accumulators, one vector each) are variables; other local Allocates, and global
   ones inside a loop (a buffer computed at a tile: a heap allocation per iteration
@@ -93,7 +96,8 @@ STACK_LIMIT_BYTES = 256 * 1024
 # Software prefetch of a micro-kernel's streamed operand (`CRenderer._prefetch`): this
 # many bytes ahead along the stream, in loops of at least PREFETCH_MIN_EXTENT
 # iterations with no loop inside (the reduction loop of a register tile, its rows and
-# vectors unrolled). On x86-64 only, where it was measured: the hardware prefetchers
+# vectors unrolled; an elementwise loop of 64-byte vectors qualifies too, see the
+# module docstring). On x86-64 only, where it was measured: the hardware prefetchers
 # left ViT-B/16's dense products (8 rows x 3 vectors, a packed weight panel streamed
 # from L2 one line per vector per k) waiting on L2; prefetched 1 KiB ahead they ran
 # 3-10% faster alone on a 2-core Xeon (Sapphire Rapids class), weights warm or evicted,
@@ -103,13 +107,13 @@ STACK_LIMIT_BYTES = 256 * 1024
 CACHE_LINE_BYTES = 64
 PREFETCH_AHEAD_BYTES = 1024
 PREFETCH_MIN_EXTENT = 64
-PREFETCH_HELPER = """static inline void ember_prefetch(const void* p, intptr_t ahead) {
+PREFETCH_HELPER = """static inline void ember_prefetch(const void* base, int64_t offset) {
 #if defined(__x86_64__)
-  /* integer arithmetic: the address may lie past the buffer, which a prefetch allows */
-  __builtin_prefetch((const void*)((uintptr_t)p + (uintptr_t)ahead), 0, 3);
+  /* integer arithmetic: the address may lie outside the buffer, which a prefetch allows */
+  __builtin_prefetch((const void*)((uintptr_t)base + (uintptr_t)offset), 0, 3);
 #else
-  (void)p;
-  (void)ahead;
+  (void)base;
+  (void)offset;
 #endif
 }"""
 
@@ -404,15 +408,21 @@ class CRenderer(Renderer):
             return
         var, done = self._prefetching
         affine = linear_coefficients(base, var)
-        if affine is None or base_text in done:
+        key = f"{self.names.of(buffer)}[{base_text}]"
+        if affine is None or key in done:
             return
-        step_bytes = affine[0] * dtype_bits(buffer.dtype) // 8
+        element_bytes = dtype_bits(buffer.dtype) // 8
+        step_bytes = affine[0] * element_bytes
         if step_bytes < CACHE_LINE_BYTES:
             return
-        done.add(base_text)
+        done.add(key)
         ahead = max(step_bytes, PREFETCH_AHEAD_BYTES // step_bytes * step_bytes)
         helper = self.helper("ember_prefetch", PREFETCH_HELPER)
-        self.emit(f"{helper}(&{self.names.of(buffer)}[{base_text}], {ahead});")
+        # The buffer and a byte offset, not `&buffer[index]`: a load a guard keeps
+        # from running (padding's `cond ? load : 0`) may have an index outside the
+        # buffer, and the prefetch before its statement must not form that pointer.
+        offset = f"({base_text}) * {element_bytes} + {ahead}"
+        self.emit(f"{helper}({self.names.of(buffer)}, {offset});")
 
     def allocate(self, allocate: Allocate) -> None:
         buffer = allocate.buffer

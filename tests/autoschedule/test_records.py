@@ -24,6 +24,7 @@ from ember.autoschedule import (
     load_best,
     load_records,
 )
+from ember.autoschedule.records import fastest_trials
 from ember.cli import main
 from ember.errors import EmberError
 from ember.schedule import Annotation, AnnotationStep, ScheduleError, SplitStep, replay
@@ -161,6 +162,18 @@ def test_a_log_of_both_families_applies_the_best_of_the_building_compilers(
             state = source.lookup(KEY, dag, Target("llvm"))
         assert state == replay(dag, applied.steps)
         assert len(caught) == int(warns)
+
+
+def test_the_fastest_trials_of_one_compiler_family() -> None:
+    gcc, clang = noted("gcc 12"), noted("clang 19")
+    clang = dataclasses.replace(
+        clang, steps=record().steps[:1], result=dataclasses.replace(clang.result, costs=(2e-3,))
+    )
+    assert fastest_trials([gcc, clang], [KEY], 3) == [[gcc, clang]]
+    assert fastest_trials([gcc, clang], [KEY], 3, "clang 18") == [[clang]]
+    assert fastest_trials([gcc, clang], [KEY], 3, "gcc 13") == [[gcc]]
+    assert load_best([gcc, clang], KEY, "llvm", "clang 19") is clang
+    assert load_best([gcc, clang], KEY, "llvm") is gcc
 
 
 def test_the_warning_comes_once_per_target_and_not_for_records_that_do_not_apply(
