@@ -194,6 +194,7 @@ class TaskTuner:
         code ran, so their states may be measured again and none is the best so far.
         Returns how many records matched the task."""
         building_with = compiler_identity(self.task.target)
+        family = compiler_family(building_with) if building_with else None
         inputs: list[MeasureInput] = []
         results: list[MeasureResult] = []
         for record in records:
@@ -203,9 +204,7 @@ class TaskTuner:
                 continue
             if not record.is_trial:  # an in-network time: not comparable with trials
                 continue
-            measured_here = not building_with or compiler_family(
-                record.result.compiler
-            ) == compiler_family(building_with)
+            measured_here = family is None or compiler_family(record.result.compiler) == family
             try:
                 state = replay(self.task.compute_dag, record.steps)
             except ScheduleError:

@@ -574,7 +574,6 @@ def check_in_network(
             if not tuned:
                 continue
             schedules = [default_steps, *(record.steps for record in tuned)]
-            compiler = compiler_identity(task.target)
             try:
                 inputs = [MeasureInput(task, replay(task.compute_dag, s)) for s in schedules]
                 built = builder.build(inputs)
@@ -596,7 +595,7 @@ def check_in_network(
                 MeasureRecord(
                     tuned[0].task,
                     steps,
-                    RecordResult((time,), in_network=True, compiler=compiler),
+                    RecordResult((time,), in_network=True, compiler=building_with),
                 )
                 for steps, time in zip(schedules, seconds, strict=True)
             ]

@@ -302,8 +302,9 @@ class CRenderer(Renderer):
         # Local buffers declared as one variable each (see `is_register`), by identity.
         self.registers: set[Buffer] = set()
         self._register_ids = {id(buffer) for buffer in register_buffers(func.body)}
-        outputs = output_args(func)
-        self._input_ids = {id(buffer) for buffer in func.args if buffer not in outputs}
+        # The buffers the body stores into (`output_args`); the others are inputs.
+        self.outputs = output_args(func)
+        self._input_ids = {id(buffer) for buffer in func.args if buffer not in self.outputs}
         # The innermost loop being rendered that prefetches its streamed loads, and
         # the addresses it prefetches so far (`_prefetch`).
         self._prefetching: tuple[Var, set[str]] | None = None
@@ -318,7 +319,7 @@ class CRenderer(Renderer):
         name, packed = entry_symbols(func.name)
         self.names.reserve(name)
         self.names.reserve(packed)
-        outputs = output_args(func)
+        outputs = self.outputs
         params = [self.param(buffer, buffer in outputs) for buffer in func.args]
         body = self.body_lines()
         inputs = ", ".join(b.name for b in func.args if b not in outputs) or "-"
@@ -408,7 +409,8 @@ class CRenderer(Renderer):
             return
         var, done = self._prefetching
         affine = linear_coefficients(base, var)
-        key = f"{self.names.of(buffer)}[{base_text}]"
+        name = self.names.of(buffer)
+        key = f"{name}[{base_text}]"
         if affine is None or key in done:
             return
         element_bytes = dtype_bits(buffer.dtype) // 8
@@ -422,7 +424,7 @@ class CRenderer(Renderer):
         # from running (padding's `cond ? load : 0`) may have an index outside the
         # buffer, and the prefetch before its statement must not form that pointer.
         offset = f"({base_text}) * {element_bytes} + {ahead}"
-        self.emit(f"{helper}({self.names.of(buffer)}, {offset});")
+        self.emit(f"{helper}({name}, {offset});")
 
     def allocate(self, allocate: Allocate) -> None:
         buffer = allocate.buffer
