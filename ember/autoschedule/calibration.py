@@ -24,11 +24,21 @@ The per-task ratio in-network / alone (under the chosen timing) then corrects th
 tuning's estimate: a tuned schedule is assumed to keep its default's ratio, and the
 steps no task covers are added as measured. That is the estimate the task scheduler
 optimises and prints (`Calibration.estimate`).
+
+A profile's steps are each the least of their medians, which leaves out what another
+tenant of a shared machine costs a whole run: a burst slows the steps it falls on, and
+each step's median throws it out, but the median of whole runs keeps it. On a shared
+2-core Zen 4 whole runs took 1.03-1.09x the profile's sum (ViT-B/16, MobileNetV2;
+BENCHMARKS.md, issue 19, seventeenth session), and a user times whole runs. So the
+network is also timed in whole runs beside its profile, and every in-network time the
+estimate uses is scaled by that `run_factor` (the timing is still chosen on the steps'
+own times: the factor scales all of them alike).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -47,12 +57,15 @@ from ember.autoschedule.measure import (
 )
 from ember.autoschedule.task import SearchTask
 from ember.errors import EmberError
-from ember.runtime.module import Module, ModuleInfo
+from ember.runtime.module import BenchmarkResult, Module, ModuleInfo
 from ember.runtime.profile import Profile, ProfileRow
 from ember.schedule.default import default_schedule
 
 # Profiled runs of the network; each step's time is their median.
 CALIBRATION_REPEAT = 20
+# Whole runs of the network timed beside its profiles (run_factor): their median over
+# the profile's total. Timed in blocks, one after each profile.
+WHOLE_RUNS = 10
 # Profiles taken, PROFILE_PAUSE_SECONDS apart; each step's time is the least of them
 # (in_network_times).
 CALIBRATION_PROFILES = 3
@@ -109,6 +122,9 @@ class Calibration:
     weights: tuple[int, ...]
     untuned_seconds: float  # per network run: steps no task covers
     network_seconds: float  # per network run: the profile's total
+    # Whole runs' median over the profile's total (see the module docstring): what the
+    # estimate's in-network times are scaled by.
+    run_factor: float = 1.0
 
     def error(self, timing: Timing) -> float:
         """How far the lone times under `timing` are from the in-network ones: the sum
@@ -124,26 +140,34 @@ class Calibration:
 
     def ratios(self) -> tuple[float, ...]:
         """Per task: in-network / alone time of its default schedule under the chosen
-        timing (1 where that could not be measured)."""
+        timing, times the run factor (the factor alone where the task could not be
+        timed alone)."""
         ratios = []
         for times in self.tasks:
             alone = times.alone.get(self.timing, math.nan)
             usable = alone > 0 and math.isfinite(alone) and times.in_network > 0
-            ratios.append(times.in_network / alone if usable else 1.0)
+            ratios.append(self.run_factor * (times.in_network / alone if usable else 1.0))
         return tuple(ratios)
+
+    @property
+    def untuned_in_runs(self) -> float:
+        """The steps no task covers, per network run, on the whole runs' scale."""
+        return self.untuned_seconds * self.run_factor
 
     def estimate(self, best_costs: Sequence[float]) -> float:
         """The network's latency in seconds with each task at `best_costs` (alone, under
-        the chosen timing): each corrected by its task's ratio, plus the untuned steps."""
-        return estimated_latency(best_costs, self.weights, self.ratios(), self.untuned_seconds)
+        the chosen timing): each corrected by its task's ratio, plus the untuned steps,
+        on the whole runs' scale."""
+        return estimated_latency(best_costs, self.weights, self.ratios(), self.untuned_in_runs)
 
     def table(self) -> list[str]:
         """What `ember tune` prints: each timing's error and estimate of the untuned
         network, against the profile."""
         lines = [
             f"Timing calibration: the network with default schedules runs in "
-            f"{self.network_seconds * 1e3:.3f} ms ({self.untuned_seconds * 1e3:.3f} ms of it "
-            "in steps no task covers); its tasks' default schedules timed alone:",
+            f"{self.network_seconds * 1e3:.3f} ms by its steps ({self.untuned_seconds * 1e3:.3f} "
+            f"ms of it in steps no task covers), whole runs {self.run_factor:.3f}x that; its "
+            "tasks' default schedules timed alone:",
             f"  {'timing':<13} {'error':>7} {'estimate (ms)':>14}",
         ]
         for timing in TIMING_PREFERENCE:
@@ -200,6 +224,33 @@ class ProfiledModule(Protocol):
     def info(self) -> ModuleInfo: ...
 
     def profile(self, repeat: int = 10) -> Profile: ...
+
+    def benchmark(
+        self, repeat: int = 3, number: int = 1, min_repeat_ms: float = 500
+    ) -> BenchmarkResult: ...
+
+
+def whole_run_seconds(
+    modules: Sequence[ProfiledModule], runs: int = WHOLE_RUNS, blocks: int = CALIBRATION_PROFILES
+) -> list[float]:
+    """Per module, the median seconds of `runs` whole runs, timed in C, in `blocks`
+    turns PROFILE_PAUSE_SECONDS apart, the modules in turn within each (so that the
+    machine's drift falls on all alike)."""
+    times: list[list[float]] = [[] for _ in modules]
+    per_block = max(1, math.ceil(runs / blocks))
+    for number in range(blocks):
+        if number:
+            time.sleep(PROFILE_PAUSE_SECONDS)
+        for position, module in enumerate(modules):
+            result = module.benchmark(repeat=per_block, number=1, min_repeat_ms=0)
+            times[position] += result.seconds
+    return [statistics.median(seconds) for seconds in times]
+
+
+def run_factor(run_seconds: float, profiled_seconds: float) -> float:
+    """Whole runs' time over the profile's total (1 where either is unusable)."""
+    usable = run_seconds > 0 and profiled_seconds > 0 and math.isfinite(run_seconds)
+    return run_seconds / profiled_seconds if usable and math.isfinite(profiled_seconds) else 1.0
 
 
 def in_network_times(
@@ -422,10 +473,12 @@ def calibrate(
     if not tasks:
         raise CalibrationError("there are no tasks to calibrate")
     in_network, untuned, total = in_network_times(module, tasks, repeat)
+    (whole_run,) = whole_run_seconds([module])
     alone = time_defaults_alone(tasks, builder, runner)
     times = tuple(TaskTimes(net, lone) for net, lone in zip(in_network, alone, strict=True))
     timing = choose_timing(times, weights)
-    calibration = Calibration(timing, times, tuple(weights), untuned, total)
+    factor = run_factor(whole_run, total)
+    calibration = Calibration(timing, times, tuple(weights), untuned, total, factor)
     if calibration.error(timing) > (MAX_PLAUSIBLE_ERROR if max_error is None else max_error):
         alone_total = sum(w * t.alone.get(timing, 0.0) for w, t in zip(weights, times, strict=True))
         raise CalibrationError(

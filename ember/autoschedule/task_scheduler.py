@@ -103,9 +103,11 @@ class SchedulerResult:
     interrupted: bool
     history: tuple[tuple[int, float, float], ...]
     stats: TuningStats = field(default_factory=TuningStats)
-    # From a Calibration: per task, in-network / alone time; the steps no task covers.
+    # From a Calibration: per task, in-network / alone time; the steps no task covers;
+    # whole runs over the profile (both already scaled by it: Calibration.run_factor).
     ratios: tuple[float, ...] = ()
     untuned_seconds: float = 0.0
+    run_factor: float = 1.0
 
     @property
     def total_trials(self) -> int:
@@ -158,6 +160,7 @@ class TaskScheduler:
         self.weights = weights
         self.ratios: tuple[float, ...] = (1.0,) * len(tasks)
         self.untuned_seconds = 0.0
+        self.run_factor = 1.0  # whole runs over a profile's steps (Calibration.run_factor)
         # Each task's default schedule's time in the network (a calibration's), which
         # sizes the first rounds; without one, FLOPs stand in for it.
         self._default_seconds: tuple[float, ...] = ()
@@ -200,7 +203,8 @@ class TaskScheduler:
                 f"{len(self.tasks)}: calibrate the same tasks"
             )
         self.ratios = calibration.ratios()
-        self.untuned_seconds = calibration.untuned_seconds
+        self.untuned_seconds = calibration.untuned_in_runs
+        self.run_factor = calibration.run_factor
         self._default_seconds = tuple(times.in_network for times in calibration.tasks)
 
     def set_network_profiler(
@@ -234,7 +238,9 @@ class TaskScheduler:
         profile gave ratios that kept each record's error instead: the fastest of a
         task's hundreds of noisy timings, and the drift of the machine since its task's
         first timing. A ResNet-18's recorded bests summed to 8% under the same bests
-        timed alone again at the end, and its estimate came to 92% of the network."""
+        timed alone again at the end, and its estimate came to 92% of the network. The
+        profile's times are put on the whole runs' scale by the calibration's run
+        factor."""
         if self._profiler is None:
             raise TuningError("no network profiler: call set_network_profiler first")
         before = self._estimate()
@@ -261,8 +267,8 @@ class TaskScheduler:
         for index, tuner in enumerate(self.tuners):
             recorded = tuner.best_cost
             if math.isfinite(recorded) and recorded > 0 and in_network[index] > 0:
-                ratios[index] = in_network[index] / recorded
-        self.ratios, self.untuned_seconds = tuple(ratios), untuned
+                ratios[index] = self.run_factor * in_network[index] / recorded
+        self.ratios, self.untuned_seconds = tuple(ratios), self.run_factor * untuned
         return (
             f"Recalibrated on the network with the best schedules so far: estimate "
             f"{_ms(before)} -> {_ms(self._estimate())} (in-network / recorded ratios "
@@ -465,6 +471,7 @@ class TaskScheduler:
             stats,
             self.ratios,
             self.untuned_seconds,
+            self.run_factor,
         )
 
 

@@ -30,11 +30,15 @@ from ember.autoschedule.records import ErrorKind
 from ember.autoschedule.task_scheduler import TaskScheduler
 from ember.autoschedule.tuning import TuningError
 from ember.cli_commands.common import load_model
+from ember.runtime.module import BenchmarkResult
 from ember.runtime.profile import GroupInfo, Profile
 
 # Seconds per call inside the network, per task; the fake runner's lone times are these
 # times a factor that depends on the timing.
 IN_NETWORK = {"big": 4e-3, "small": 1e-4}
+# Whole runs of the fake network over its steps' sum: the bursts of another tenant that
+# each step's median leaves out.
+RUN_TAX = 1.05
 
 
 @dataclass
@@ -57,6 +61,7 @@ class FakeModule:
             tuple(GroupInfo(name, "kernel", name, key, None) for name, key, _ in self.steps)
         )
         self.repeats: list[int] = []
+        self.benchmarks: list[int] = []
 
     def profile(self, repeat: int = 10) -> Profile:
         """The first profile runs beside another tenant: every step twice as long; the
@@ -66,6 +71,14 @@ class FakeModule:
         slowed = 2.0 if len(self.repeats) == 1 else 1.0
         seconds = [time * slowed for _, _, time in self.steps]
         return Profile.from_steps(names, names, seconds, self.info.groups, repeat)
+
+    def benchmark(
+        self, repeat: int = 3, number: int = 1, min_repeat_ms: float = 500
+    ) -> BenchmarkResult:
+        """Whole runs: the steps' sum x RUN_TAX, one run in each block twice as long."""
+        self.benchmarks.append(repeat)
+        run = RUN_TAX * sum(time for _, _, time in self.steps)
+        return BenchmarkResult((2 * run,) + (run,) * (repeat - 1))
 
 
 class SwappingModule(FakeModule):
@@ -148,9 +161,16 @@ def test_calibration_picks_the_timing_the_runner_makes_right(
     assert big.in_network == pytest.approx(4e-3)  # the mean of its two groups
     assert small.alone[right] == pytest.approx(1.02e-4)
     assert calibration.error(right) == pytest.approx(0.02)
-    assert calibration.ratios() == pytest.approx((1 / 1.02, 1 / 1.02))
+    # Whole runs, timed in a block after each profile, take RUN_TAX x the profile's sum
+    # (their median leaves out the slow run of each block): the ratios and the untuned
+    # steps carry it; the timing was chosen on the steps' own times.
+    assert module.benchmarks == [4, 4, 4]
+    assert calibration.run_factor == pytest.approx(RUN_TAX)
+    assert calibration.ratios() == pytest.approx((RUN_TAX / 1.02, RUN_TAX / 1.02))
+    assert calibration.untuned_in_runs == pytest.approx(RUN_TAX * 5e-5)
     table = "\n".join(calibration.table())
     assert f"{right.value}" in table and "<- chosen" in table and "8.150 ms" in table
+    assert "whole runs 1.050x that" in table
 
 
 def test_the_network_profiled_with_candidates_in_their_steps(tasks: list[SearchTask]) -> None:
@@ -256,6 +276,11 @@ def test_the_scheduler_estimates_and_chooses_with_the_calibration(
     assert calibrated.expected_gain(0) == pytest.approx(3 * plain.expected_gain(0))
     result = calibrated._result(1.0, False, [])
     assert result.estimated_latency == pytest.approx(3.6e-3)
+    # Whole runs 10% over the profile: every in-network time the estimate sums with it.
+    taxed = Calibration(Timing.WARM, times, (1, 1), 5e-4, 4e-3, run_factor=1.1)
+    calibrated.set_calibration(taxed)
+    assert calibrated._estimate() == pytest.approx(1.1 * 3.6e-3)
+    assert calibrated._result(1.0, False, []).run_factor == 1.1
     with pytest.raises(TuningError, match="calibration has 1 tasks"):
         calibrated.set_calibration(Calibration(Timing.WARM, times[:1], (1,), 0.0, 1e-3))
 
@@ -277,5 +302,7 @@ def test_calibrating_a_real_network_measures_every_timing() -> None:
         assert times.in_network > 0 and set(times.alone) == set(Timing)
     assert 0 <= calibration.untuned_seconds < calibration.network_seconds
     assert all(ratio > 0 for ratio in calibration.ratios())
+    assert calibration.run_factor > 0
     estimate = calibration.estimate([t.alone[calibration.timing] for t in calibration.tasks])
-    assert estimate == pytest.approx(calibration.network_seconds, rel=1e-6)
+    whole_runs = calibration.network_seconds * calibration.run_factor
+    assert estimate == pytest.approx(whole_runs, rel=1e-6)
