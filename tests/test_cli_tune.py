@@ -69,7 +69,7 @@ def test_tune_writes_a_log_with_weights_and_prints_table_and_summary(
     # default and fastest schedules.
     in_network = [record for record in records if not record.is_trial]
     assert in_network and all(record.result.in_network for record in in_network)
-    assert "with the default schedules run alternately" in out
+    assert "with the default schedules profiled alternately" in out
     assert all(record.task.weight == 1 for record in records)
     assert all(record.task.flops for record in records)
     assert "Extracted 4 tasks" in out and "dense_pack_add_relu" in out
@@ -192,12 +192,10 @@ def test_the_check_in_the_network_gives_each_task_its_fastest_schedule_there(
     monkeypatch.setattr(tune_command, "_alternate_profiles", fake_profiles)
     # The trials' bests: 0.2 ms a call, 1.25x that in the network, run 2 or 3 times
     # each, and 0.1 ms of untuned steps; the chosen network takes 1 ms (fake_profiles).
-    # Whole runs took 1.1x the calibration's profile (already in the ratios).
     count = len(tasks)
     weights = tuple(2 + index % 2 for index in range(count))
     result = SchedulerResult(tuple(tasks), weights, (2e-4,) * count, (4,) * count, 1.0,
-                             False, (), ratios=(1.25,) * count, untuned_seconds=1e-4,
-                             run_factor=1.1)  # fmt: skip
+                             False, (), ratios=(1.25,) * count, untuned_seconds=1e-4)  # fmt: skip
     trials_estimate = sum(weights) * 2.5e-4 + 1e-4
     assert result.estimated_latency == pytest.approx(trials_estimate)
     # A task whose schedules do not all build is not checked: its trials decide.
@@ -215,9 +213,8 @@ def test_the_check_in_the_network_gives_each_task_its_fastest_schedule_there(
         lines = tune_command.check_in_network(graph, params, tasks, str(log), result, builder)
     timed = [i for i in checked if i != broken]
     assert swapped == [(i, 1 + len(tuned[i])) for i in timed]
-    # After the check, each timed task counts its fastest time in the network (profiled:
-    # 1.1x on the whole runs' scale).
-    there = {i: 1.1 * (1e-4 if i == slow else 3e-4 - 1e-5 * len(tuned[i])) for i in timed}
+    # After the check, each timed task counts its fastest time in the network.
+    there = {i: 1e-4 if i == slow else 3e-4 - 1e-5 * len(tuned[i]) for i in timed}
     estimate = sum(weights[i] * there.get(i, 2.5e-4) for i in range(count)) + 1e-4
     assert lines == [
         f"{len(timed)} tuned tasks checked in the network: {len(timed) - 1} run a tuned "
@@ -229,7 +226,7 @@ def test_the_check_in_the_network_gives_each_task_its_fastest_schedule_there(
         "checked task's fastest schedule in the network x weight, the others' best x "
         "weight x ratio, plus the untuned steps)",
         "Measured in the network: 1.000 ms with the chosen schedules, against 1.200 ms with "
-        f"the default schedules run alternately (1.20x; medians of whole runs); the estimate is "
+        f"the default schedules profiled alternately (1.20x); the estimate is "
         f"{estimate / 1e-3 * 100:.0f}% of it (the trials' {trials_estimate / 1e-3 * 100:.0f}%)",
     ]  # fmt: skip
     chosen = ApplyHistoryBest(log)
@@ -285,7 +282,7 @@ def test_a_failed_calibration_falls_back_to_cold_weights(
     assert code == 0 and len([r for r in load_records(log) if r.is_trial]) == 4
     assert "Timing: cold-weights (the calibration failed: no timing could time" in out
     # The check in the network does not need a calibration.
-    assert "with the default schedules run alternately" in out
+    assert "with the default schedules profiled alternately" in out
 
 
 def test_a_failed_check_in_the_network_leaves_the_trials_bests(

@@ -25,14 +25,15 @@ tuning's estimate: a tuned schedule is assumed to keep its default's ratio, and 
 steps no task covers are added as measured. That is the estimate the task scheduler
 optimises and prints (`Calibration.estimate`).
 
-A profile's steps are each the least of their medians, which leaves out what another
-tenant of a shared machine costs a whole run: a burst slows the steps it falls on, and
-each step's median throws it out, but the median of whole runs keeps it. On a shared
-2-core Zen 4 whole runs took 1.03-1.09x the profile's sum (ViT-B/16, MobileNetV2;
-BENCHMARKS.md, issue 19, seventeenth session), and a user times whole runs. So the
-network is also timed in whole runs beside its profile, and every in-network time the
-estimate uses is scaled by that `run_factor` (the timing is still chosen on the steps'
-own times: the factor scales all of them alike).
+The calibration also times the network in whole runs beside its profile, and prints
+their median over the profile's sum (`Calibration.run_factor`): the share of a run a
+user times that each step's median leaves out, such as another tenant's bursts on a
+shared machine. It is reported, not put into the estimate: on a shared 2-core Zen 4 it
+was 1.02-1.22 at one moment and 1.00 at another minutes later, on the same module,
+while the profile's sum stayed within 1% (ResNet-50: whole runs 39.5 ms at the
+calibration, 32.1 at the check, 32.0 in a later timing; the estimate scaled by the
+calibration's factor came out 18% high). See BENCHMARKS.md, issue 19, seventeenth
+session.
 """
 
 from __future__ import annotations
@@ -122,8 +123,8 @@ class Calibration:
     weights: tuple[int, ...]
     untuned_seconds: float  # per network run: steps no task covers
     network_seconds: float  # per network run: the profile's total
-    # Whole runs' median over the profile's total (see the module docstring): what the
-    # estimate's in-network times are scaled by.
+    # Whole runs' median over the profile's total (see the module docstring): reported,
+    # not in the estimate.
     run_factor: float = 1.0
 
     def error(self, timing: Timing) -> float:
@@ -140,25 +141,18 @@ class Calibration:
 
     def ratios(self) -> tuple[float, ...]:
         """Per task: in-network / alone time of its default schedule under the chosen
-        timing, times the run factor (the factor alone where the task could not be
-        timed alone)."""
+        timing (1 where that could not be measured)."""
         ratios = []
         for times in self.tasks:
             alone = times.alone.get(self.timing, math.nan)
             usable = alone > 0 and math.isfinite(alone) and times.in_network > 0
-            ratios.append(self.run_factor * (times.in_network / alone if usable else 1.0))
+            ratios.append(times.in_network / alone if usable else 1.0)
         return tuple(ratios)
-
-    @property
-    def untuned_in_runs(self) -> float:
-        """The steps no task covers, per network run, on the whole runs' scale."""
-        return self.untuned_seconds * self.run_factor
 
     def estimate(self, best_costs: Sequence[float]) -> float:
         """The network's latency in seconds with each task at `best_costs` (alone, under
-        the chosen timing): each corrected by its task's ratio, plus the untuned steps,
-        on the whole runs' scale."""
-        return estimated_latency(best_costs, self.weights, self.ratios(), self.untuned_in_runs)
+        the chosen timing): each corrected by its task's ratio, plus the untuned steps."""
+        return estimated_latency(best_costs, self.weights, self.ratios(), self.untuned_seconds)
 
     def table(self) -> list[str]:
         """What `ember tune` prints: each timing's error and estimate of the untuned
@@ -166,8 +160,8 @@ class Calibration:
         lines = [
             f"Timing calibration: the network with default schedules runs in "
             f"{self.network_seconds * 1e3:.3f} ms by its steps ({self.untuned_seconds * 1e3:.3f} "
-            f"ms of it in steps no task covers), whole runs {self.run_factor:.3f}x that; its "
-            "tasks' default schedules timed alone:",
+            f"ms of it in steps no task covers; whole runs {self.run_factor:.2f}x that); "
+            "its tasks' default schedules timed alone:",
             f"  {'timing':<13} {'error':>7} {'estimate (ms)':>14}",
         ]
         for timing in TIMING_PREFERENCE:

@@ -103,11 +103,9 @@ class SchedulerResult:
     interrupted: bool
     history: tuple[tuple[int, float, float], ...]
     stats: TuningStats = field(default_factory=TuningStats)
-    # From a Calibration: per task, in-network / alone time; the steps no task covers;
-    # whole runs over the profile (both already scaled by it: Calibration.run_factor).
+    # From a Calibration: per task, in-network / alone time; the steps no task covers.
     ratios: tuple[float, ...] = ()
     untuned_seconds: float = 0.0
-    run_factor: float = 1.0
 
     @property
     def total_trials(self) -> int:
@@ -160,7 +158,6 @@ class TaskScheduler:
         self.weights = weights
         self.ratios: tuple[float, ...] = (1.0,) * len(tasks)
         self.untuned_seconds = 0.0
-        self.run_factor = 1.0  # whole runs over a profile's steps (Calibration.run_factor)
         # Each task's default schedule's time in the network (a calibration's), which
         # sizes the first rounds; without one, FLOPs stand in for it.
         self._default_seconds: tuple[float, ...] = ()
@@ -203,8 +200,7 @@ class TaskScheduler:
                 f"{len(self.tasks)}: calibrate the same tasks"
             )
         self.ratios = calibration.ratios()
-        self.untuned_seconds = calibration.untuned_in_runs
-        self.run_factor = calibration.run_factor
+        self.untuned_seconds = calibration.untuned_seconds
         self._default_seconds = tuple(times.in_network for times in calibration.tasks)
 
     def set_network_profiler(
@@ -238,9 +234,7 @@ class TaskScheduler:
         profile gave ratios that kept each record's error instead: the fastest of a
         task's hundreds of noisy timings, and the drift of the machine since its task's
         first timing. A ResNet-18's recorded bests summed to 8% under the same bests
-        timed alone again at the end, and its estimate came to 92% of the network. The
-        profile's times are put on the whole runs' scale by the calibration's run
-        factor."""
+        timed alone again at the end, and its estimate came to 92% of the network."""
         if self._profiler is None:
             raise TuningError("no network profiler: call set_network_profiler first")
         before = self._estimate()
@@ -267,8 +261,8 @@ class TaskScheduler:
         for index, tuner in enumerate(self.tuners):
             recorded = tuner.best_cost
             if math.isfinite(recorded) and recorded > 0 and in_network[index] > 0:
-                ratios[index] = self.run_factor * in_network[index] / recorded
-        self.ratios, self.untuned_seconds = tuple(ratios), self.run_factor * untuned
+                ratios[index] = in_network[index] / recorded
+        self.ratios, self.untuned_seconds = tuple(ratios), untuned
         return (
             f"Recalibrated on the network with the best schedules so far: estimate "
             f"{_ms(before)} -> {_ms(self._estimate())} (in-network / recorded ratios "
@@ -471,7 +465,6 @@ class TaskScheduler:
             stats,
             self.ratios,
             self.untuned_seconds,
-            self.run_factor,
         )
 
 

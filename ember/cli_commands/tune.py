@@ -169,8 +169,7 @@ def describe_result(result: SchedulerResult, args: argparse.Namespace, new: int)
         )
     else:
         how = (
-            "each task's best x weight x its in-network/alone ratio, plus the untuned steps, "
-            f"on the scale of whole runs ({result.run_factor:.3f}x the profile)"
+            "each task's best x weight x its in-network/alone ratio, plus the untuned steps"
             if result.ratios
             else "sum of each task's best latency x weight"
         )
@@ -628,8 +627,8 @@ def check_in_network(
             )
     lines.append(
         f"Measured in the network: {_seconds(chosen_total)} with the chosen schedules, "
-        f"against {_seconds(default_total)} with the default schedules run alternately "
-        f"({default_total / chosen_total:.2f}x; medians of whole runs){of_estimate}"
+        f"against {_seconds(default_total)} with the default schedules profiled alternately "
+        f"({default_total / chosen_total:.2f}x){of_estimate}"
     )
     return lines
 
@@ -646,23 +645,19 @@ def _checked_estimate(result: SchedulerResult, fastest_there: Mapping[int, float
         return math.inf
     costs, ratios = list(result.best_costs), list(result.ratios)
     for index, seconds in fastest_there.items():
-        # Its time in the network, profiled: on the whole runs' scale by the run factor.
-        costs[index], ratios[index] = seconds, result.run_factor
+        costs[index], ratios[index] = seconds, 1.0
     return estimated_latency(costs, result.weights, ratios, result.untuned_seconds)
 
 
 def _alternate_profiles(
     modules: Sequence[Module], tasks: Sequence[SearchTask]
 ) -> list[tuple[list[float], float]]:
-    """Per module, its tasks' in-network times and its whole runs' median time,
-    profiled and run in turn with the others' (`alternating_in_network_times`,
-    `whole_run_seconds`): the run is what a user times, the profile what the estimate
-    sums."""
-    from ember.autoschedule.calibration import alternating_in_network_times, whole_run_seconds
+    """Per module, its tasks' in-network times and its total, profiled in turn with
+    the others' (`alternating_in_network_times`)."""
+    from ember.autoschedule.calibration import alternating_in_network_times
 
     timed = alternating_in_network_times(modules, tasks)
-    runs = whole_run_seconds(modules)
-    return [(times, run) for (times, _, _), run in zip(timed, runs, strict=True)]
+    return [(times, total) for times, _, total in timed]
 
 
 def command_tune(args: argparse.Namespace) -> int:
