@@ -6,9 +6,9 @@ times it (the median of whole runs) the profile's sum leaves out, on this machin
 ARTIFACT is what `ember compile` wrote. Each round profiles the network as `ember
 tune`'s calibration does (`in_network_times`: each step's least median over three
 profiles of 20 runs) and times whole runs in C (`whole_run_seconds`, blocks after each
-profile), and prints both and their ratio: the run factor the calibration now scales
-its in-network times by. On a quiet machine it is ~1; another tenant's bursts fall on
-whole runs but not on each step's median.
+profile), and prints both and their ratio: the whole-run factor `ember tune`'s
+calibration prints. On a quiet machine it is ~1; another tenant's bursts fall on whole
+runs but not on each step's median.
 """
 
 from __future__ import annotations

@@ -29,11 +29,11 @@ The calibration also times the network in whole runs beside its profile, and pri
 their median over the profile's sum (`Calibration.run_factor`): the share of a run a
 user times that each step's median leaves out, such as another tenant's bursts on a
 shared machine. It is reported, not put into the estimate: on a shared 2-core Zen 4 it
-was 1.02-1.22 at one moment and 1.00 at another minutes later, on the same module,
-while the profile's sum stayed within 1% (ResNet-50: whole runs 39.5 ms at the
-calibration, 32.1 at the check, 32.0 in a later timing; the estimate scaled by the
-calibration's factor came out 18% high). See BENCHMARKS.md, issue 19, seventeenth
-session.
+moved between minutes on one module while the profile's sum held within 1% (ResNet-50's
+default network: whole runs 1.22x its profile at the calibration, 1.01x at the check
+ten minutes later; the tuned artifact timed afterwards ran at the profile's time, and
+the estimate scaled by the calibration's factor came out 18% high). See BENCHMARKS.md,
+issue 19, seventeenth session.
 """
 
 from __future__ import annotations
