@@ -116,11 +116,21 @@ def _unpack_packages(root: Path, arch: BoardArch) -> None:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise BoardUnavailable(f"setting up the {arch.name} Python needs root and apt-get")
     _run(["dpkg", "--add-architecture", arch.debian])
-    _run(["apt-get", "update", "-qq"])
+    # An index that failed to update (a mirror mid-sync: the security suite's armhf
+    # index, 2026-12-05) need not be one the packages come from: apt keeps the indexes
+    # it did fetch, so the download is tried all the same, and a failure says both.
+    try:
+        _run(["apt-get", "update", "-qq"])
+        update_error = ""
+    except BoardUnavailable as error:
+        update_error = f" (after {error})"
     with tempfile.TemporaryDirectory() as downloads:
         # apt's sandbox user may not write to a root-owned temporary folder.
         os.chmod(downloads, 0o777)
-        _run(["apt-get", "download", "-qq", *arch.packages], cwd=downloads)
+        try:
+            _run(["apt-get", "download", "-qq", *arch.packages], cwd=downloads)
+        except BoardUnavailable as error:
+            raise BoardUnavailable(f"{error}{update_error}") from None
         partial = root.with_name(root.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         for package in sorted(Path(downloads).glob("*.deb")):
