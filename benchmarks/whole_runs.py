@@ -21,7 +21,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("artifact", help="an artifact `ember compile` wrote")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=10, help="whole runs per round")
+    parser.add_argument(
+        "--runs", type=int, default=10, help="whole runs per round (rounded up to a multiple of 3)"
+    )
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -42,7 +44,7 @@ def main() -> None:
         factors.append(run_factor(run, profiled))
         print(
             f"round {number + 1}: profile {profiled * 1e3:.3f} ms, whole runs "
-            f"{run * 1e3:.3f} ms (median of {args.runs}): {factors[-1]:.3f}x",
+            f"{run * 1e3:.3f} ms (median): {factors[-1]:.3f}x",
             flush=True,
         )
     print(f"run factor {min(factors):.3f}-{max(factors):.3f}")

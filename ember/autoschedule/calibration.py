@@ -227,9 +227,9 @@ class ProfiledModule(Protocol):
 def whole_run_seconds(
     modules: Sequence[ProfiledModule], runs: int = WHOLE_RUNS, blocks: int = CALIBRATION_PROFILES
 ) -> list[float]:
-    """Per module, the median seconds of `runs` whole runs, timed in C, in `blocks`
-    turns PROFILE_PAUSE_SECONDS apart, the modules in turn within each (so that the
-    machine's drift falls on all alike)."""
+    """Per module, the median seconds of `runs` whole runs (rounded up to a multiple
+    of `blocks`), timed in C, in `blocks` turns PROFILE_PAUSE_SECONDS apart, the
+    modules in turn within each (so that the machine's drift falls on all alike)."""
     times: list[list[float]] = [[] for _ in modules]
     per_block = max(1, math.ceil(runs / blocks))
     for number in range(blocks):
@@ -243,8 +243,8 @@ def whole_run_seconds(
 
 def run_factor(run_seconds: float, profiled_seconds: float) -> float:
     """Whole runs' time over the profile's total (1 where either is unusable)."""
-    usable = run_seconds > 0 and profiled_seconds > 0 and math.isfinite(run_seconds)
-    return run_seconds / profiled_seconds if usable and math.isfinite(profiled_seconds) else 1.0
+    usable = 0 < run_seconds < math.inf and 0 < profiled_seconds < math.inf
+    return run_seconds / profiled_seconds if usable else 1.0
 
 
 def in_network_times(
