@@ -49,6 +49,7 @@ from ember.graph.passes import (
     fold_constants,
     fuse,
     quantized_ops,
+    read_through,
     simplify,
 )
 from ember.graph.passes.pack_weights import pack_weights
@@ -232,6 +233,8 @@ def optimize(
     result, arrays = fold_batch_norm(result, arrays)
     result, arrays = convert_layout(result, arrays, "NHWC")
     result, arrays = simplify(result, arrays)  # after convert_layout: merges its transposes
+    # After simplify (its slices of gathers); before pack_weights (it knows `dense`).
+    result, arrays = read_through(result, arrays)
     if target is not None:
         # Before pack_weights, which would pack the convs this rewrites; after
         # convert_layout, since it rewrites only channels-last convs.

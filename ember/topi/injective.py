@@ -1,11 +1,13 @@
 """Injective ops: each output element is one input element picked by index arithmetic.
 
-reshape goes through the row-major flat index (div/mod, terms for length-1 axes
-dropped); concat is a balanced tree of lazy selects on the concatenation axis; split
-makes one tensor per output; gather reads at a data-dependent index (negative indices wrap with
-a floor modulo); pad maps border positions back into the input (constant fill, reflect,
-edge); depth_to_space / space_to_depth are a reshape-transpose-reshape done in one
-index map.
+reshape maps each run of axes whose sizes multiply to a run of the other shape's
+through that run's row-major flat index alone (div/mod; length-1 axes read index 0), so
+that a reshape splitting 768 channels into 12 x 64 reads `h*64 + d` and composes with
+the transposes and slices around it into an affine index; concat is a balanced tree
+of lazy selects on the concatenation axis; split makes one tensor per output; gather
+reads at a data-dependent index (negative indices wrap with a floor modulo); pad maps
+border positions back into the input (constant fill, reflect, edge); depth_to_space /
+space_to_depth are a reshape-transpose-reshape done in one index map.
 """
 
 from __future__ import annotations
@@ -77,11 +79,49 @@ def _reshape(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorTyp
     assert isinstance(attrs, ReshapeAttrs)
     x = inputs[0]
     shape = outputs[0].shape
+    runs = matching_runs(x.shape, shape)
 
     def element(*ax: Expr) -> Expr:
-        return x[tuple(unflatten(flat_index(ax, shape), x.shape))]
+        if runs is None:  # an empty tensor: no element is ever read
+            return x[tuple(unflatten(flat_index(ax, shape), x.shape))]
+        index: list[Expr] = [ZERO] * x.ndim
+        for in_axes, out_axes in runs:
+            flat = flat_index([ax[a] for a in out_axes], [shape[a] for a in out_axes])
+            parts = unflatten(flat, [x.shape[a] for a in in_axes])
+            for axis, part in zip(in_axes, parts, strict=True):
+                index[axis] = part
+        return x[tuple(index)]
 
     return [_injective("T_reshape", shape, element)]
+
+
+def matching_runs(
+    before: Sequence[int], after: Sequence[int]
+) -> list[tuple[list[int], list[int]]] | None:
+    """The axes of a reshape from `before` to `after` in the shortest consecutive runs
+    (input axes, output axes) whose sizes have equal products, length-1 axes left out
+    (their index is 0); None where a size is 0."""
+    if 0 in before or 0 in after:
+        return None
+    ins = [axis for axis, extent in enumerate(before) if extent != 1]
+    outs = [axis for axis, extent in enumerate(after) if extent != 1]
+    runs: list[tuple[list[int], list[int]]] = []
+    i = o = 0
+    while i < len(ins) and o < len(outs):
+        in_run, out_run = [ins[i]], [outs[o]]
+        in_size, out_size = before[ins[i]], after[outs[o]]
+        i, o = i + 1, o + 1
+        while in_size != out_size:
+            if in_size < out_size:
+                in_run.append(ins[i])
+                in_size *= before[ins[i]]
+                i += 1
+            else:
+                out_run.append(outs[o])
+                out_size *= after[outs[o]]
+                o += 1
+        runs.append((in_run, out_run))
+    return runs
 
 
 def _transpose(

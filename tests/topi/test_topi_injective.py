@@ -17,6 +17,7 @@ from ember.graph.ops.attrs import (
     TileAttrs,
     TransposeAttrs,
 )
+from ember.topi.injective import matching_runs
 
 X = random((2, 3, 4, 5))
 
@@ -25,6 +26,11 @@ CASES = [
     pytest.param("reshape", [X], ReshapeAttrs((4, 1, 30)), id="reshape-regroup"),
     pytest.param("reshape", [random((6,))], ReshapeAttrs((1, 2, 3, 1)), id="reshape-unit-axes"),
     pytest.param("reshape", [random((1, 1))], ReshapeAttrs(()), id="reshape-scalar"),
+    pytest.param("reshape", [random((6, 4))], ReshapeAttrs((4, 6)), id="reshape-interleaved"),
+    pytest.param(
+        "reshape", [random((5, 1, 12))], ReshapeAttrs((1, 5, 1, 3, 4)), id="reshape-split-runs"
+    ),
+    pytest.param("reshape", [random((0, 3))], ReshapeAttrs((3, 0)), id="reshape-empty"),
     pytest.param("transpose", [X], TransposeAttrs((0, 2, 3, 1)), id="transpose-nhwc"),
     pytest.param("transpose", [X], TransposeAttrs((3, 1, 0, 2)), id="transpose"),
     pytest.param(
@@ -94,6 +100,30 @@ def test_reshape_uses_the_flat_index() -> None:
         "T_reshape(ax0, ax1) = placeholder[floordiv(((ax0*4) + ax1), 6), "
         "floormod(((ax0*4) + ax1), 6)]"
     )
+
+
+def test_reshape_maps_each_run_of_axes_alone() -> None:
+    # Attention's split of a (tokens, 3 x channels) product: the token axis maps to
+    # itself and the channel axis splits, with no division by the whole row.
+    dag = run_check("reshape", [random((5, 1, 12))], ReshapeAttrs((1, 5, 1, 3, 4)))
+    assert str(dag).splitlines()[-1] == (
+        "T_reshape(ax0, ax1, ax2, ax3, ax4) = placeholder[ax1, 0, ((ax3*4) + ax4)]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "runs"),
+    [
+        ((197, 1, 2304), (1, 197, 1, 3, 768), [([0], [1]), ([2], [3, 4])]),
+        ((6, 4), (4, 6), [([0, 1], [0, 1])]),
+        ((2, 3, 4), (24,), [([0, 1, 2], [0])]),
+        ((2, 3, 4), (6, 4), [([0, 1], [0]), ([2], [1])]),
+        ((1,), (1, 1), []),
+        ((0, 3), (3, 0), None),
+    ],
+)
+def test_matching_runs(before, after, runs) -> None:
+    assert matching_runs(before, after) == runs
 
 
 def test_concat_is_a_select_chain() -> None:

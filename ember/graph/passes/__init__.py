@@ -17,6 +17,7 @@ from ember.graph.passes.fuse import (
     interpret_fused,
 )
 from ember.graph.passes.quantized_ops import quantized_ops
+from ember.graph.passes.read_through import read_through
 from ember.graph.passes.simplify import simplify
 from ember.graph.passes.to_sparse import random_block_sparse_params, to_sparse
 
@@ -32,6 +33,7 @@ __all__ = [
     "interpret_fused",
     "quantized_ops",
     "random_block_sparse_params",
+    "read_through",
     "simplify",
     "to_sparse",
 ]

@@ -86,9 +86,11 @@ from ember.graph.verify import verify
 
 # Anchors that take a constant pad of their data input as a prologue.
 PROLOGUE_ANCHORS = frozenset({"conv", "conv_pack", "max_pool", "avg_pool"})
-# Anchors that read their operands through a chain of reshapes and transposes
+# Anchors that read their operands through a chain of reshapes, transposes and slices
 # that keep each operand's innermost axis contiguous (`_keeps_inner_axis`).
-READ_THROUGH_ANCHORS = frozenset({"matmul"})
+READ_THROUGH_ANCHORS = frozenset({"matmul", "dense", "dense_pack"})
+# The ops such a chain is made of: each output element is one input element.
+READ_THROUGH_OPS = frozenset({"reshape", "transpose", "slice"})
 
 # A group's name lists its ops; longer chains are abbreviated after this many.
 NAME_OPS = 5
@@ -230,7 +232,7 @@ def _read_through(anchor: Node, partition: _Partition) -> tuple[str, ...]:
         value, reader = operand, anchor
         while (
             (producer := partition.producers.get(value.name)) is not None
-            and producer.op in ("reshape", "transpose")
+            and producer.op in READ_THROUGH_OPS
             and partition.only_reader(value, reader)
             and _keeps_inner_axis(producer)
         ):
@@ -246,6 +248,8 @@ def _keeps_inner_axis(node: Node) -> bool:
     64). Read through such nodes, a kernel still loads whole vectors along that axis."""
     if isinstance(node.attrs, TransposeAttrs):
         return node.attrs.perm[-1] == len(node.attrs.perm) - 1
+    if isinstance(node.attrs, SliceAttrs):
+        return bool(node.attrs.steps) and node.attrs.steps[-1] == 1
     before, after = node.inputs[0].shape, node.output.shape
     return bool(before) and bool(after) and after[-1] > 0 and before[-1] % after[-1] == 0
 

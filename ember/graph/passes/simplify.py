@@ -25,7 +25,7 @@ from ember.graph.ir import (
     remove_dead_nodes,
     rename_values,
 )
-from ember.graph.ops.attrs import ClipAttrs, ReshapeAttrs, TransposeAttrs
+from ember.graph.ops.attrs import AxisAttrs, ClipAttrs, ReshapeAttrs, SliceAttrs, TransposeAttrs
 from ember.graph.passes.rewrite import keeps_element_order, make_node
 
 
@@ -178,6 +178,64 @@ def _integer_round_trip(node: Node, context: Context) -> Value | None:
     return x if _is_integral(clip.inputs[0], context, depth=4) else None
 
 
+def _gather_of_constant_run(node: Node, context: Context) -> Rewrite | None:
+    """gather(x, c, axis) -> reshape(slice(x)) for constant indices `c` that step
+    evenly through the axis (one index, or i, i + s, i + 2s, ...; attention's split of a
+    projection into q, k and v takes index 0, 1 and 2): a slice is a pure index map that
+    kernels read through (`fuse`'s prologues), where a gather reads its index at run
+    time. Indices out of range are left to the gather's run-time check."""
+    data, indices = node.inputs
+    array = context.constant(indices)
+    attrs = node.attrs
+    assert isinstance(attrs, AxisAttrs)
+    if array is None or array.size == 0:
+        return None
+    axis = attrs.axis if attrs.axis >= 0 else attrs.axis + data.type.ndim
+    extent = data.shape[axis]
+    flat = array.reshape(-1).astype(np.int64)
+    if flat.min() < -extent or flat.max() >= extent:
+        return None
+    flat = np.where(flat < 0, flat + extent, flat)
+    step = int(flat[1] - flat[0]) if flat.size > 1 else 1
+    if step < 1 or np.any(np.diff(flat) != step):
+        return None
+    begin = int(flat[0])
+    begins = [0] * data.type.ndim
+    ends = list(data.shape)
+    steps = [1] * data.type.ndim
+    begins[axis], ends[axis], steps[axis] = begin, begin + (flat.size - 1) * step + 1, step
+    window = Rewrite("slice", (data,), SliceAttrs(tuple(begins), tuple(ends), tuple(steps)))
+    return Rewrite("reshape", (window,), ReshapeAttrs(node.output.shape))
+
+
+def _scalar_factor_after_matmul(node: Node, context: Context) -> Rewrite | None:
+    """matmul(a * s, b) -> matmul(a, b) * s (and the same for b) for a constant `s` of
+    one element that does not broadcast `a`: the scale moves from an operand, where it
+    is a stored product or a multiply per loaded element, to the matmul's output, where
+    it joins the epilogue. Attention scales both q and k by sqrt(1/sqrt(d)) (torch's
+    scaled_dot_product_attention as ONNX exports it). The rounding moves: products of
+    scaled operands against a scaled sum (a few ulp of each output)."""
+    for side in (0, 1):
+        scaled = context.producer(node.inputs[side], "multiply")
+        if scaled is None:
+            continue
+        for factor_side in (0, 1):
+            factor, operand = scaled.inputs[factor_side], scaled.inputs[1 - factor_side]
+            array = context.constant(factor)
+            if (
+                array is None
+                or not np.issubdtype(array.dtype, np.floating)
+                or array.size != 1
+                or array.ndim > node.output.type.ndim
+                or operand.type != scaled.output.type
+            ):
+                continue
+            operands = list(node.inputs)
+            operands[side] = operand
+            return Rewrite("multiply", (Rewrite("matmul", tuple(operands)), factor))
+    return None
+
+
 # Ops whose float result is an integer whenever their operands are.
 _INTEGRAL_ALWAYS = ("round", "floor", "ceil", "sign")
 _INTEGRAL_IF_OPERANDS = ("add", "subtract", "multiply", "negative", "abs", "clip")
@@ -226,6 +284,8 @@ RULES: tuple[Rule, ...] = (
     Rule("divide", _neutral_operand(1, sides=(1,))),  # x / 1 -> x
     Rule("power", _power_of_constant_exponent),  # x ** 2 -> x * x, x ** 0.5 -> sqrt(x), ...
     Rule("concat", _drop_empty_pieces),  # concat(x, empty, y) -> concat(x, y)
+    Rule("gather", _gather_of_constant_run),  # gather(x, [i, i+s, ...]) -> slice(x)
+    Rule("matmul", _scalar_factor_after_matmul),  # matmul(a * s, b) -> matmul(a, b) * s
 )
 
 _RULES_BY_OP: dict[str, tuple[RuleFn, ...]] = {

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ember.graph import GraphBuilder, format_graph, interpret, verify
 from ember.graph.ir import Graph, TensorType, Value
-from ember.graph.ops.attrs import CastAttrs, ReshapeAttrs, TransposeAttrs
+from ember.graph.ops.attrs import AxisAttrs, CastAttrs, ReshapeAttrs, TransposeAttrs
 from ember.graph.passes import simplify
 from ember.graph.passes.rewrite import make_node
 from ember.graph.passes.simplify import RULES
@@ -206,6 +206,70 @@ def test_quantize_then_dequantize_stays_float(check_pass) -> None:
           %fraction = clip(%x) {low=0.0, high=255.0} : float32[2, 3]
           %q_frac = cast(%fraction) {dtype="uint8"} : uint8[2, 3]
           %dq_frac = cast(%q_frac) {dtype="float32"} : float32[2, 3]
+        }
+        """,  # noqa: E501
+    )
+
+
+def test_gathers_of_constant_runs_become_slices(check_pass) -> None:
+    b = GraphBuilder()
+    x = b.input("x", (3, 4, 5))
+    g0 = b.add("gather", [x, b.param("first", np.array(0, "int64"))], AxisAttrs(0), name="g0")
+    g1 = b.add("gather", [x, b.param("last", np.array(-1, "int64"))], AxisAttrs(1), name="g1")
+    g2 = b.add("gather", [x, b.param("odd", np.array([1, 3], "int32"))], AxisAttrs(1), name="g2")
+    g3 = b.add("gather", [x, b.param("back", np.array([2, 0], "int64"))], AxisAttrs(2), name="g3")
+    graph, params = b.build([g0, g1, g2, g3])
+    check_pass(
+        simplify,
+        graph,
+        params,
+        expected="""
+        graph main(%x: float32[3, 4, 5]) -> (%g0: float32[4, 5], %g1: float32[3, 5], %g2: float32[3, 2, 5], %g3: float32[3, 4, 2]) {
+          param %back: int64[2]
+          %g0.0 = slice(%x) {begins=[0, 0, 0], ends=[1, 4, 5], steps=[1, 1, 1]} : float32[1, 4, 5]
+          %g0 = reshape(%g0.0) {shape=[4, 5]} : float32[4, 5]
+          %g1.0 = slice(%x) {begins=[0, 3, 0], ends=[3, 4, 5], steps=[1, 1, 1]} : float32[3, 1, 5]
+          %g1 = reshape(%g1.0) {shape=[3, 5]} : float32[3, 5]
+          %g2 = slice(%x) {begins=[0, 1, 0], ends=[3, 4, 5], steps=[1, 2, 1]} : float32[3, 2, 5]
+          %g3 = gather(%x, %back) {axis=2} : float32[3, 4, 2]
+        }
+        """,  # noqa: E501
+    )
+
+
+def test_a_gather_of_a_constant_out_of_range_stays_for_its_run_time_check() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (3, 4))
+    y = b.add("gather", [x, b.param("outside", np.array(7, "int64"))], AxisAttrs(1), name="y")
+    graph, params = b.build([y])
+    assert [node.op for node in simplify(graph, params)[0].nodes] == ["gather"]
+
+
+def test_scalar_factors_move_from_matmul_operands_to_its_output(check_pass) -> None:
+    b = GraphBuilder()
+    q = b.input("q", (2, 3, 4))
+    k = b.input("k", (2, 4, 5))
+    s1 = b.param("s1", np.array([0.5], "float32"))
+    s2 = b.param("s2", np.array(0.25, "float32"))
+    wide = b.param("wide", np.full((2, 1, 1), 0.5, "float32"))
+    y = b.add("matmul", [b.add("multiply", [q, s1]), b.add("multiply", [s2, k])], name="y")
+    # A factor of several elements scales rows differently: it stays.
+    z = b.add("matmul", [b.add("multiply", [q, wide]), k], name="z")
+    graph, params = b.build([y, z])
+    check_pass(
+        simplify,
+        graph,
+        params,
+        expected="""
+        graph main(%q: float32[2, 3, 4], %k: float32[2, 4, 5]) -> (%y: float32[2, 3, 5], %z: float32[2, 3, 5]) {
+          param %s1: float32[1]
+          param %s2: float32[]
+          param %wide: float32[2, 1, 1]
+          %y.0.0 = matmul(%q, %k) : float32[2, 3, 5]
+          %y.0 = multiply(%y.0.0, %s2) : float32[2, 3, 5]
+          %y = multiply(%y.0, %s1) : float32[2, 3, 5]
+          %multiply_2 = multiply(%q, %wide) : float32[2, 3, 4]
+          %z = matmul(%multiply_2, %k) : float32[2, 3, 5]
         }
         """,  # noqa: E501
     )
