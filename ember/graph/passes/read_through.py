@@ -8,7 +8,9 @@ epilogue, stops both, and its output is stored as a copy. Two rewrites remove th
 stops:
 
 1. A reshape, transpose or slice whose output is read only by other such ops, two or
-   more of them, is copied once per reader. Attention splits its projection into q,
+   more of them, is copied once per reader; a split whose outputs are all read by
+   such ops alone becomes one slice per output (timm's `qkv.permute(...).unbind(0)`
+   exports as a split). Attention splits its projection into q,
    k and v this way: one reshape/transpose of the (tokens, 3 x channels) product read by
    three slices (after `simplify` turned the gathers of index 0, 1 and 2 into slices).
    Copied, each slice's chain reads the product itself: a pure index map that the
@@ -35,7 +37,7 @@ import numpy as np
 
 from ember.graph.ir import Graph, NameSupply, Node, Params, Value
 from ember.graph.ops import OpPattern, get_op
-from ember.graph.ops.attrs import ReshapeAttrs
+from ember.graph.ops.attrs import ReshapeAttrs, SliceAttrs, SplitAttrs
 from ember.graph.passes.rewrite import make_node
 
 # Ops each output element of which is one element of the input, at an index map.
@@ -46,7 +48,11 @@ def read_through(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph,
     """Apply both rewrites of the module docstring to a fixed point."""
     current = graph
     while True:
-        rewritten = _copy_shared_layout(current) or _reshape_before_dense(current, params)
+        rewritten = (
+            _split_into_slices(current)
+            or _copy_shared_layout(current)
+            or _reshape_before_dense(current, params)
+        )
         if rewritten is None:
             return current, dict(params)
         current = rewritten
@@ -58,6 +64,34 @@ def _readers(graph: Graph) -> dict[str, list[Node]]:
         for value in dict.fromkeys(node.inputs):
             readers[value.name].append(node)
     return readers
+
+
+def _split_into_slices(graph: Graph) -> Graph | None:
+    """Rule 1's split: the first split whose outputs only layout ops read, as slices."""
+    readers = _readers(graph)
+    outputs = {value.name for value in graph.outputs}
+    for position, node in enumerate(graph.nodes):
+        if node.op != "split" or not isinstance(node.attrs, SplitAttrs):
+            continue
+        reading = [readers.get(value.name, []) for value in node.outputs]
+        if any(value.name in outputs for value in node.outputs) or not all(
+            reader.op in LAYOUT_OPS for pieces in reading for reader in pieces
+        ):
+            continue
+        (x,) = node.inputs
+        axis = node.attrs.axis if node.attrs.axis >= 0 else node.attrs.axis + x.type.ndim
+        slices: list[Node] = []
+        begin = 0
+        for value, size in zip(node.outputs, node.attrs.sizes, strict=True):
+            begins, ends = [0] * x.type.ndim, list(x.shape)
+            begins[axis], ends[axis] = begin, begin + size
+            window = SliceAttrs(tuple(begins), tuple(ends), (1,) * x.type.ndim)
+            # Each slice is named after the piece it makes (the split node goes).
+            slices.append(make_node("slice", (x,), window, name=value.name))
+            begin += size
+        nodes = [*graph.nodes[:position], *slices, *graph.nodes[position + 1 :]]
+        return graph.replace(nodes=tuple(nodes))
+    return None
 
 
 def _copy_shared_layout(graph: Graph) -> Graph | None:

@@ -6,7 +6,7 @@ import numpy as np
 
 from ember.graph import GraphBuilder
 from ember.graph.ir import Graph, Params
-from ember.graph.ops.attrs import ReshapeAttrs, SliceAttrs, TransposeAttrs
+from ember.graph.ops.attrs import ReshapeAttrs, SliceAttrs, SplitAttrs, TransposeAttrs
 from ember.graph.passes import read_through
 
 
@@ -110,3 +110,47 @@ def test_a_reshape_of_the_last_axis_or_of_a_shared_dense_stays(check_pass) -> No
     for graph, params in (dense_then_reshape(last=9), dense_then_reshape(readers=2)):
         new_graph, _ = check_pass(read_through, graph, params)
         assert [node.op for node in new_graph.nodes] == [node.op for node in graph.nodes]
+
+
+def unbound(reader: str = "reshape") -> tuple[Graph, Params]:
+    """timm's `q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)`: a split of the permuted
+    projection along its first axis, each piece squeezed."""
+    b = GraphBuilder()
+    x = b.input("x", (1, 5, 3, 2, 4))
+    t = b.add("transpose", [x], TransposeAttrs((2, 0, 3, 1, 4)), name="t")
+    pieces = b.add_multi("split", [t], SplitAttrs(0, (1, 1, 1)), name="unbind")
+    outputs = []
+    for i, piece in enumerate(pieces):
+        if reader == "reshape":
+            outputs.append(b.add("reshape", [piece], ReshapeAttrs((1, 2, 5, 4)), name=f"h{i}"))
+        else:
+            outputs.append(b.add("relu", [piece], name=f"h{i}"))
+    return b.build(outputs)
+
+
+def test_a_split_read_by_layout_ops_alone_becomes_slices(check_pass) -> None:
+    graph, params = unbound()
+    check_pass(
+        read_through,
+        graph,
+        params,
+        expected="""
+        graph main(%x: float32[1, 5, 3, 2, 4]) -> (%h0: float32[1, 2, 5, 4], %h1: float32[1, 2, 5, 4], %h2: float32[1, 2, 5, 4]) {
+          %t = transpose(%x) {perm=[2, 0, 3, 1, 4]} : float32[3, 1, 2, 5, 4]
+          %t_1 = transpose(%x) {perm=[2, 0, 3, 1, 4]} : float32[3, 1, 2, 5, 4]
+          %t_2 = transpose(%x) {perm=[2, 0, 3, 1, 4]} : float32[3, 1, 2, 5, 4]
+          %unbind:0 = slice(%t) {begins=[0, 0, 0, 0, 0], ends=[1, 1, 2, 5, 4], steps=[1, 1, 1, 1, 1]} : float32[1, 1, 2, 5, 4]
+          %unbind:1 = slice(%t_1) {begins=[1, 0, 0, 0, 0], ends=[2, 1, 2, 5, 4], steps=[1, 1, 1, 1, 1]} : float32[1, 1, 2, 5, 4]
+          %unbind:2 = slice(%t_2) {begins=[2, 0, 0, 0, 0], ends=[3, 1, 2, 5, 4], steps=[1, 1, 1, 1, 1]} : float32[1, 1, 2, 5, 4]
+          %h0 = reshape(%unbind:0) {shape=[1, 2, 5, 4]} : float32[1, 2, 5, 4]
+          %h1 = reshape(%unbind:1) {shape=[1, 2, 5, 4]} : float32[1, 2, 5, 4]
+          %h2 = reshape(%unbind:2) {shape=[1, 2, 5, 4]} : float32[1, 2, 5, 4]
+        }
+        """,  # noqa: E501
+    )
+
+
+def test_a_split_with_other_readers_stays(check_pass) -> None:
+    graph, params = unbound(reader="relu")
+    new_graph, _ = check_pass(read_through, graph, params)
+    assert [node.op for node in new_graph.nodes] == ["transpose", "split", "relu", "relu", "relu"]
