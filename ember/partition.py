@@ -12,8 +12,10 @@ Steps, in order:
 
 1. `optimize`: fold_constants, fold_batch_norm, convert_layout to NHWC (CPU kernels
    vectorise over the innermost channel axis), then simplify, which must come after
-   convert_layout to merge the transposes it leaves, then pack_weights (constant
-   dense/matmul/conv weights re-laid out in blocks of the target's vector lanes).
+   convert_layout to merge the transposes it leaves, then read_through (layout chains
+   copied per reader, a dense's row reshape moved in front of it), then winograd and
+   pack_weights (constant dense/matmul/conv weights re-laid out in blocks of the
+   target's vector lanes).
    Param names are made safe for the safetensors reader in C. Inputs and outputs keep
    their names and layouts: the transposes to and from NHWC are inside the library.
 2. `fuse` into groups.

@@ -282,6 +282,26 @@ def test_injective_stage_is_vectorized_and_parallel_when_large() -> None:
     assert all(it.annotation is Annotation.NONE for s in small.stages for it in s.iters)
 
 
+def test_a_transpose_moving_the_innermost_axis_copies_in_tiles() -> None:
+    """Kᵀ of attention (heads 12, tokens 37, width 96): the output's innermost axis
+    (the tokens) reads rows of the input, the width axis reads along them. The tokens
+    split into tiles of one vector's width, outside the width loop, elements left
+    scalar; heads and tiles make the parallel loop. Built, the copy is the transpose,
+    tail tile included."""
+    dag = op_dag("transpose", (12, 37, 96), TransposeAttrs((0, 2, 1)))
+    state = default_schedule(dag, AVX512)
+    (output,) = [s for s in state.stages if s.location is Location.ROOT and not s.is_placeholder]
+    assert [(it.name, it.extent, it.annotation) for it in output.iters] == [
+        ("ax0@ax2.0", 36, Annotation.PARALLEL),
+        ("ax1", 96, Annotation.NONE),
+        ("ax2.1", 16, Annotation.NONE),
+    ]
+    x = np.random.default_rng(2).standard_normal((12, 37, 96)).astype("float32")
+    result = np.full((12, 96, 37), np.nan, "float32")
+    build_kernel(lower(state), "llvm -mcpu=x86-64-v2")(x, result)
+    np.testing.assert_array_equal(result, x.transpose(0, 2, 1))
+
+
 def test_softmax_reduces_rows_in_vectors_and_computes_exp_once_per_row() -> None:
     # Rows of 1000 = 62 vectors of 16 and a partial one (vectorize versions the loop).
     state = default_schedule(op_dag("softmax", (8, 1000), AxisAttrs(1)), AVX512)

@@ -50,13 +50,15 @@ chain continues in a new group, through one stored intermediate.
 
 Prologues: a constant-mode `pad` whose only reader is a conv or pool (as its data)
 joins that anchor's group (a conv's ComputeDAG pads its input anyway); a chain of
-reshapes and transposes that makes an operand of a `matmul` (of two activations) for
-it alone joins the matmul's group, as long as each keeps the innermost axis contiguous
-(attention's split of the channels into heads, and the swap of the head and sequence
-axes: the kernel reads the projection's output where it lies, loading whole vectors as
-before, and no copy is made). A transpose that moves the innermost axis (Kᵀ) stays its
-own group: read through, a vector load would become a gather. Other producers of an
-anchor (a transpose before a dense, say) stay in their own groups, and nothing
+reshapes, transposes and slices that makes an operand of a `matmul` (of two
+activations) or a dense's rows for it alone joins that group, as long as each keeps
+the innermost axis contiguous (attention's split of the channels into heads, the slice
+of q, k or v out of one projection, and the swap of the head and sequence axes: the
+kernel reads the projection's output where it lies, loading whole vectors as before,
+and no copy is made; `read_through` makes such chains single-reader). A transpose that
+moves the innermost axis (Kᵀ) stays its own group: read through, a vector load would
+become a gather. Other producers of an anchor (a transpose before a dense that moves
+its last axis, say) stay in their own groups, and nothing
 injective follows an anchor but one: the `slice` cutting off the output channels
 `pack_weights` padded to whole vectors (a crop of the last axis, right after a
 `conv_pack` or `dense_pack`). So each anchor group is one anchor computation with a
