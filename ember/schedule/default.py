@@ -703,11 +703,18 @@ def _schedule_injective(state: State, index: int, target: Target) -> State:
     if tiled is not None:
         return tiled
     state = _vectorize_innermost(state, index, target)
-    last = len(stage.iters) - 1
-    extents = [it.extent for it in state.stages[index].iters[: last + 1]]
+    return _parallelize_for_chunks(state, index, len(stage.iters), _work(stage), target)
+
+
+def _parallelize_for_chunks(
+    state: State, index: int, candidates: int, work: int, target: Target
+) -> State:
+    """Fuse the fewest of the first `candidates` iterators that give every core several
+    chunks of work (all of them where none do) into one parallel loop."""
+    extents = [it.extent for it in state.stages[index].iters[:candidates]]
     chunks = PARALLEL_CHUNKS_PER_CORE * device_model(target).num_cores
-    outer = next((n for n in range(1, last + 1) if math.prod(extents[:n]) >= chunks), last + 1)
-    return _parallelize(state, index, outer, _work(stage), target)
+    outer = next((n for n in range(1, candidates) if math.prod(extents[:n]) >= chunks), candidates)
+    return _parallelize(state, index, outer, work, target)
 
 
 def _tile_transpose(state: State, index: int, target: Target) -> State | None:
@@ -745,10 +752,8 @@ def _tile_transpose(state: State, index: int, target: Target) -> State | None:
     rows, row = names[last], names[last + 1]
     order = [*names[:along], rows, *names[along:last], row]
     state = reorder_to(state, index, order)
-    extents = [it.extent for it in state.stages[index].iters[: along + 1]]
-    chunks = PARALLEL_CHUNKS_PER_CORE * device_model(target).num_cores
-    outer = next((n for n in range(1, along + 2) if math.prod(extents[:n]) >= chunks), along + 1)
-    return _parallelize(state, index, outer, _work(stage), target)
+    # The axes outside the contiguous one, tiles included, may make the parallel loop.
+    return _parallelize_for_chunks(state, index, along + 1, _work(stage), target)
 
 
 def _vectorize_innermost(state: State, index: int, target: Target) -> State:

@@ -79,20 +79,28 @@ def _reshape(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorTyp
     assert isinstance(attrs, ReshapeAttrs)
     x = inputs[0]
     shape = outputs[0].shape
-    runs = matching_runs(x.shape, shape)
 
     def element(*ax: Expr) -> Expr:
-        if runs is None:  # an empty tensor: no element is ever read
-            return x[tuple(unflatten(flat_index(ax, shape), x.shape))]
-        index: list[Expr] = [ZERO] * x.ndim
-        for in_axes, out_axes in runs:
-            flat = flat_index([ax[a] for a in out_axes], [shape[a] for a in out_axes])
-            parts = unflatten(flat, [x.shape[a] for a in in_axes])
-            for axis, part in zip(in_axes, parts, strict=True):
-                index[axis] = part
-        return x[tuple(index)]
+        return x[tuple(reshaped_index(ax, shape, x.shape))]
 
     return [_injective("T_reshape", shape, element)]
+
+
+def reshaped_index(
+    index: Sequence[Expr], after: Sequence[int], before: Sequence[int]
+) -> list[Expr]:
+    """The index in `before` of the element at `index` in the same elements reshaped
+    to `after`, run by run of matching axes (`matching_runs`)."""
+    runs = matching_runs(before, after)
+    if runs is None:  # an empty tensor: no element is ever read
+        return unflatten(flat_index(index, after), before)
+    result: list[Expr] = [ZERO] * len(before)
+    for in_axes, out_axes in runs:
+        flat = flat_index([index[a] for a in out_axes], [after[a] for a in out_axes])
+        parts = unflatten(flat, [before[a] for a in in_axes])
+        for axis, part in zip(in_axes, parts, strict=True):
+            result[axis] = part
+    return result
 
 
 def matching_runs(
@@ -281,24 +289,6 @@ def _tile(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType])
     return [_injective("T_tile", outputs[0].shape, element)]
 
 
-def _groups(fine: Sequence[int], coarse: Sequence[int]) -> list[list[int]]:
-    """Which consecutive axes of `fine` merge into each axis of `coarse` (a reshape
-    that only merges axes)."""
-    groups: list[list[int]] = []
-    position = 0
-    for extent in coarse:
-        group = [position]
-        product = fine[position]
-        position += 1
-        while product != extent:
-            group.append(position)
-            product *= fine[position]
-            position += 1
-        groups.append(group)
-    groups[-1].extend(range(position, len(fine)))
-    return groups
-
-
 def _block(op: str) -> Declaration:
     """depth_to_space / space_to_depth: input (rank 4) -> rank 6 -> transpose -> output.
     An output index splits into the transposed rank-6 index, which permutes back to the
@@ -311,21 +301,12 @@ def _block(op: str) -> Declaration:
         x = inputs[0]
         shape6, perm, out_shape = block_plan(op, TensorType(x.shape, x.dtype), attrs)
         transposed = [shape6[p] for p in perm]
-        out_groups = _groups(transposed, out_shape)
-        in_groups = _groups(shape6, x.shape)
 
         def element(*ax: Expr) -> Expr:
             index6: list[Expr] = [ZERO] * 6
-            for i, group in zip(ax, out_groups, strict=True):
-                parts = unflatten(i, [transposed[g] for g in group])
-                for g, part in zip(group, parts, strict=True):
-                    index6[perm[g]] = part
-            return x[
-                tuple(
-                    flat_index([index6[g] for g in group], [shape6[g] for g in group])
-                    for group in in_groups
-                )
-            ]
+            for g, part in enumerate(reshaped_index(ax, out_shape, transposed)):
+                index6[perm[g]] = part
+            return x[tuple(reshaped_index(index6, shape6, x.shape))]
 
         return [_injective(f"T_{op}", out_shape, element)]
 

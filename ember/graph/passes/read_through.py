@@ -38,10 +38,8 @@ import numpy as np
 from ember.graph.ir import Graph, NameSupply, Node, Params, Value
 from ember.graph.ops import OpPattern, get_op
 from ember.graph.ops.attrs import ReshapeAttrs, SliceAttrs, SplitAttrs
+from ember.graph.passes.fuse import READ_THROUGH_OPS
 from ember.graph.passes.rewrite import make_node
-
-# Ops each output element of which is one element of the input, at an index map.
-LAYOUT_OPS = frozenset({"reshape", "transpose", "slice"})
 
 
 def read_through(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, Params]:
@@ -75,7 +73,7 @@ def _split_into_slices(graph: Graph) -> Graph | None:
             continue
         reading = [readers.get(value.name, []) for value in node.outputs]
         if any(value.name in outputs for value in node.outputs) or not all(
-            reader.op in LAYOUT_OPS for pieces in reading for reader in pieces
+            reader.op in READ_THROUGH_OPS for pieces in reading for reader in pieces
         ):
             continue
         (x,) = node.inputs
@@ -101,13 +99,13 @@ def _copy_shared_layout(graph: Graph) -> Graph | None:
     outputs = {value.name for value in graph.outputs}
     for position in range(len(graph.nodes) - 1, -1, -1):
         node = graph.nodes[position]
-        if node.op not in LAYOUT_OPS:
+        if node.op not in READ_THROUGH_OPS:
             continue
         reading = readers.get(node.output.name, [])
         if (
             len(reading) < 2
             or node.output.name in outputs
-            or any(reader.op not in LAYOUT_OPS for reader in reading)
+            or any(reader.op not in READ_THROUGH_OPS for reader in reading)
         ):
             continue
         names = NameSupply.for_graph(graph)
