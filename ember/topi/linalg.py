@@ -25,6 +25,13 @@ from ember.topi.common import Declaration, pad_stage, typed
 PAD_COLUMNS = 16
 
 
+def pads_columns(right_shape: Sequence[int]) -> bool:
+    """Whether `matmul` copies a right operand of this shape into zero-padded columns
+    (`T_matmul_pad`): a matrix with more than PAD_COLUMNS columns, not a multiple."""
+    columns = right_shape[-1] if len(right_shape) > 1 else 1
+    return columns > PAD_COLUMNS and columns % PAD_COLUMNS != 0
+
+
 def matrix_axis_names(rank: int) -> list[str]:
     """`i, j` for a matrix, `b0, ..., i, j` with batch axes, `j` for a vector."""
     if rank == 1:
@@ -75,8 +82,7 @@ def _matmul(inputs: Sequence[Tensor], attrs: Attrs, outputs: Sequence[TensorType
     shape = outputs[0].shape
     k = reduce_axis(a.shape[-1], "k")
     batch_rank = len(shape) - (a.ndim > 1) - (b.ndim > 1)
-    columns = b.shape[-1] if b.ndim > 1 else 1
-    padded = -columns % PAD_COLUMNS if columns > PAD_COLUMNS else 0
+    padded = -b.shape[-1] % PAD_COLUMNS if pads_columns(b.shape) else 0
     if padded:
         # N is no multiple of the widest vector: pad the right operand's columns with
         # zeros (a stage of K x N, 1/M of the product's work) so that the product runs

@@ -56,8 +56,12 @@ the innermost axis contiguous (attention's split of the channels into heads, the
 of q, k or v out of one projection, and the swap of the head and sequence axes: the
 kernel reads the projection's output where it lies, loading whole vectors as before,
 and no copy is made; `read_through` makes such chains single-reader). A transpose that
-moves the innermost axis (Kᵀ) stays its own group: read through, a vector load would
-become a gather. Other producers of an anchor (a transpose before a dense that moves
+moves the innermost axis (Kᵀ) stays its own group, since read through, a vector load
+would become a gather, except in front of a matmul's right operand whose columns the
+kernel pads (`ember.topi.linalg.pads_columns`: ViT's 197 tokens): the kernel copies
+that operand into its padded buffer anyway, and the copy reads K where the projection
+wrote it, one gathered element per element copied (ViT-B/16, Zen 4: Kᵀ copy and
+Q·Kᵀ 0.50 -> 0.45 ms a layer). Other producers of an anchor (a transpose before a dense that moves
 its last axis, say) stay in their own groups, and nothing
 injective follows an anchor but one: the `slice` cutting off the output channels
 `pack_weights` padded to whole vectors (a crop of the last axis, right after a
@@ -85,6 +89,7 @@ from ember.graph.ops import OpPattern, get_op
 from ember.graph.ops.attrs import PadAttrs, SliceAttrs, TransposeAttrs
 from ember.graph.printer import format_node
 from ember.graph.verify import verify
+from ember.topi.linalg import pads_columns
 
 # Anchors that take a constant pad of their data input as a prologue.
 PROLOGUE_ANCHORS = frozenset({"conv", "conv_pack", "max_pool", "avg_pool"})
@@ -230,13 +235,16 @@ def _read_through(anchor: Node, partition: _Partition) -> tuple[str, ...]:
     from each, while each keeps the innermost axis of its input contiguous in its
     output; each once (`x @ x` reads one chain twice)."""
     chain: dict[str, None] = {}
-    for operand in dict.fromkeys(anchor.inputs):
+    for position, operand in enumerate(dict.fromkeys(anchor.inputs)):
+        # The right operand of a matmul whose columns the kernel pads is copied into
+        # the padded buffer anyway: that copy may gather (Kᵀ transposed on the way).
+        copied = position == 1 and anchor.op == "matmul" and pads_columns(operand.shape)
         value, reader = operand, anchor
         while (
             (producer := partition.producers.get(value.name)) is not None
             and producer.op in READ_THROUGH_OPS
             and partition.only_reader(value, reader)
-            and _keeps_inner_axis(producer)
+            and (copied or _keeps_inner_axis(producer))
         ):
             chain[producer.name] = None
             value, reader = producer.inputs[0], producer
