@@ -7,6 +7,7 @@ import pytest
 from topi_check import random, run_check
 
 from ember.graph.ops.sparse import SparseDenseAttrs, bsr_from_dense
+from ember.topi.linalg import pads_columns
 
 
 def _sparse_case(batch: int, rows: int, columns: int, block: tuple[int, int], density: float):
@@ -89,6 +90,26 @@ def test_matmul_pads_columns_that_no_vector_width_divides() -> None:
     for columns in (16, 13, 48):
         dag = run_check("matmul", [random((3, 8)), random((8, columns), seed=1)])
         assert [t.op.name for t in dag.compute_tensors] == ["T_matmul_NN"]
+
+
+@pytest.mark.parametrize(
+    ("shape", "padded"),
+    [
+        ((2, 8, 197), True),
+        ((8, 17), True),
+        ((8, 208), False),
+        ((8, 16), False),
+        ((8, 13), False),
+        ((197,), False),
+    ],
+)
+def test_pads_columns_says_what_matmul_pads(shape, padded) -> None:
+    """`fuse` asks it whether a matmul copies its right operand (Kᵀ may then be read
+    through its transpose); it must agree with the declaration's pad stage."""
+    assert pads_columns(shape) is padded
+    left = random((3, shape[0] if len(shape) == 1 else shape[-2]))
+    dag = run_check("matmul", [left, random(shape, seed=1)])
+    assert ("T_matmul_pad" in [t.op.name for t in dag.compute_tensors]) is padded
 
 
 def test_sparse_dense_guards_each_rows_blocks() -> None:
