@@ -146,9 +146,8 @@ def convert_slice(ctx: ConversionContext, node: TorchNode) -> Value:
     begin, stop = _clamped(start, end, data.shape[axis])  # type: ignore[arg-type]
     if (begin, stop, step) == (0, data.shape[axis], 1):
         return data
-    begins, ends, steps = [0] * rank, list(data.shape), [1] * rank
-    begins[axis], ends[axis], steps[axis] = begin, max(stop, begin), step
-    return ctx.add("slice", [data], node, SliceAttrs(tuple(begins), tuple(ends), tuple(steps)))
+    attrs = SliceAttrs.along(data.shape, axis, begin, max(stop, begin), step)
+    return ctx.add("slice", [data], node, attrs)
 
 
 @converter("aten.select.int")
@@ -162,11 +161,8 @@ def convert_select(ctx: ConversionContext, node: TorchNode) -> Value:
     if not -extent <= index < extent:
         raise unsupported(node, f"index {index} is out of range for an axis of {extent}")
     index %= extent
-    begins, ends, steps = [0] * rank, list(data.shape), [1] * rank
-    begins[axis], ends[axis] = index, index + 1
-    sliced = ctx.add(
-        "slice", [data], node, SliceAttrs(tuple(begins), tuple(ends), tuple(steps)), "slice"
-    )
+    attrs = SliceAttrs.along(data.shape, axis, index, index + 1)
+    sliced = ctx.add("slice", [data], node, attrs, "slice")
     shape = [d for i, d in enumerate(data.shape) if i != axis]
     return ctx.reshape(sliced, shape, node, "")
 

@@ -8,6 +8,7 @@ normalised them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ember.graph.ir import Attrs
@@ -190,6 +191,15 @@ class SliceAttrs(Attrs):
     begins: tuple[int, ...]
     ends: tuple[int, ...]
     steps: tuple[int, ...]
+
+    @classmethod
+    def along(
+        cls, shape: Sequence[int], axis: int, begin: int, end: int, step: int = 1
+    ) -> SliceAttrs:
+        """Every element of `shape` but along `axis`, where begin:end:step."""
+        begins, ends, steps = [0] * len(shape), list(shape), [1] * len(shape)
+        begins[axis], ends[axis], steps[axis] = begin, end, step
+        return cls(tuple(begins), tuple(ends), tuple(steps))
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,9 +61,9 @@ would become a gather, except in front of a matmul's right operand whose columns
 kernel pads (`ember.topi.linalg.pads_columns`: ViT's 197 tokens): the kernel copies
 that operand into its padded buffer anyway, and the copy reads K where the projection
 wrote it, one gathered element per element copied (ViT-B/16, Zen 4: Kᵀ copy and
-Q·Kᵀ 0.50 -> 0.45 ms a layer). Other producers of an anchor (a transpose before a dense that moves
-its last axis, say) stay in their own groups, and nothing
-injective follows an anchor but one: the `slice` cutting off the output channels
+Q·Kᵀ 0.50 -> 0.45 ms a layer). Other producers of an anchor (a transpose before a
+dense that moves its last axis, say) stay in their own groups, and nothing injective
+follows an anchor but one: the `slice` cutting off the output channels
 `pack_weights` padded to whole vectors (a crop of the last axis, right after a
 `conv_pack` or `dense_pack`). So each anchor group is one anchor computation with a
 pointwise epilogue.

@@ -81,9 +81,7 @@ def _split_into_slices(graph: Graph) -> Graph | None:
         slices: list[Node] = []
         begin = 0
         for value, size in zip(node.outputs, node.attrs.sizes, strict=True):
-            begins, ends = [0] * x.type.ndim, list(x.shape)
-            begins[axis], ends[axis] = begin, begin + size
-            window = SliceAttrs(tuple(begins), tuple(ends), (1,) * x.type.ndim)
+            window = SliceAttrs.along(x.shape, axis, begin, begin + size)
             # Each slice is named after the piece it makes (the split node goes).
             slices.append(make_node("slice", (x,), window, name=value.name))
             begin += size

@@ -200,11 +200,8 @@ def _gather_of_constant_run(node: Node, context: Context) -> Rewrite | None:
     if step < 1 or np.any(np.diff(flat) != step):
         return None
     begin = int(flat[0])
-    begins = [0] * data.type.ndim
-    ends = list(data.shape)
-    steps = [1] * data.type.ndim
-    begins[axis], ends[axis], steps[axis] = begin, begin + (flat.size - 1) * step + 1, step
-    window = Rewrite("slice", (data,), SliceAttrs(tuple(begins), tuple(ends), tuple(steps)))
+    end = begin + (flat.size - 1) * step + 1
+    window = Rewrite("slice", (data,), SliceAttrs.along(data.shape, axis, begin, end, step))
     return Rewrite("reshape", (window,), ReshapeAttrs(node.output.shape))
 
 
