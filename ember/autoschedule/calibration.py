@@ -91,6 +91,12 @@ PREFERENCE_MARGIN = 0.3
 # two-core machine busy, lone kernels took 30-200x their in-network time (OpenMP
 # threads waiting for cores the network's adaptive thread count did not ask for).
 MAX_PLAUSIBLE_ERROR = 0.5
+# The same default network profiled at the calibration and at the last check, further
+# apart than this: the machine's speed moved during the run. On a shared 2-core Zen 4
+# (BENCHMARKS.md "Issue 19, twentieth session") ResNet-18's default network went from
+# 16.39 ms at the calibration to 14.83 ms at the check and 12.29 ms a minute later: no
+# estimate made from timings spread over the run can hold to 5% there.
+DRIFT_TOLERANCE = 0.05
 
 
 class CalibrationError(EmberError):
@@ -176,6 +182,25 @@ class Calibration:
             shown_estimate = f"{estimate:14.3f}" if math.isfinite(estimate) else f"{'-':>14}"
             lines.append(f"  {timing.value:<13} {shown} {shown_estimate}{chosen}")
         return lines
+
+
+def drift_line(calibrated_seconds: float, now_seconds: float) -> str | None:
+    """A warning when the network with default schedules, profiled at the calibration
+    in `calibrated_seconds` and again now in `now_seconds` (the same statistic: each
+    step's least of CALIBRATION_PROFILES profiles), moved by more than DRIFT_TOLERANCE:
+    the estimate sums timings taken all through the run, so a machine whose speed
+    moves cannot be estimated closer than that. None within the tolerance, or when a
+    time is missing."""
+    usable = all(math.isfinite(t) and t > 0 for t in (calibrated_seconds, now_seconds))
+    if not usable or abs(now_seconds / calibrated_seconds - 1.0) <= DRIFT_TOLERANCE:
+        return None
+    return (
+        f"This machine's speed moved during the run: the network with default schedules "
+        f"ran in {now_seconds * 1e3:.3f} ms now against {calibrated_seconds * 1e3:.3f} ms at "
+        f"the calibration ({now_seconds / calibrated_seconds:.2f}x), the same schedules. "
+        "Estimates are sums of timings taken all through the run and can be off by as "
+        "much; tune on an idle machine for estimates that hold to a few percent"
+    )
 
 
 def estimated_latency(

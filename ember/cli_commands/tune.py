@@ -335,10 +335,12 @@ def _tune(args: argparse.Namespace) -> int:
     scheduler = _scheduler(args, tasks, weights)  # first: it refuses a missing cost model
     builder, runner = _measurers(args)
     default_network: Module | None = None  # the calibration's, kept for the run
+    calibrated_seconds: float | None = None  # that network's profile at the calibration
     try:
         calibrated = _calibrate(args, graph, params, tasks, weights, builder, runner)
         if calibrated is not None:
             calibration, default_network = calibrated
+            calibrated_seconds = calibration.network_seconds
             scheduler.set_calibration(calibration)
             if args.tuning_records in (None, args.output):  # the bests are all in -o
                 scheduler.set_network_profiler(
@@ -355,7 +357,15 @@ def _tune(args: argparse.Namespace) -> int:
         raise
     try:
         return _tune_and_check(
-            args, graph, params, tasks, scheduler, builder, runner, default_network
+            args,
+            graph,
+            params,
+            tasks,
+            scheduler,
+            builder,
+            runner,
+            default_network,
+            calibrated_seconds,
         )
     finally:
         if default_network is not None:
@@ -387,9 +397,11 @@ def _tune_and_check(
     builder: LocalBuilder,
     runner: TimingRunner,
     default_network: Module | None,
+    calibrated_seconds: float | None = None,
 ) -> int:
     """Tune (closing `builder` and `runner` after), print the outcome, then check the
-    bests in the network (`check_in_network`, in `default_network` when given)."""
+    bests in the network (`check_in_network`, in `default_network` when given, which
+    the calibration profiled in `calibrated_seconds`)."""
     options = _options(args, tasks, builder, runner)
     resumed = f", resuming from {args.tuning_records}" if args.tuning_records else ""
     from ember.autoschedule.task_scheduler import round_size
@@ -431,7 +443,14 @@ def _tune_and_check(
 
             with LocalBuilder(n_parallel=args.parallel, timeout=args.timeout) as checker:
                 lines = check_in_network(
-                    graph, params, tasks, args.output, result, checker, default_network
+                    graph,
+                    params,
+                    tasks,
+                    args.output,
+                    result,
+                    checker,
+                    default_network,
+                    calibrated_seconds,
                 )
         except EmberError as error:  # the records stand as the trials left them
             lines = [
@@ -520,6 +539,7 @@ def check_in_network(
     result: SchedulerResult,
     builder: Builder,
     default_network: Module | None = None,
+    calibrated_seconds: float | None = None,
 ) -> list[str]:
     """Which schedule each tuned task runs, decided inside the network. A schedule
     that wins alone can lose there (ViT-B/16: the 2000-trial bests ran 9% slower in
@@ -533,9 +553,11 @@ def check_in_network(
     (`ember.autoschedule.records.distill`). Then the network built with the records is
     profiled in alternation with the default one. A task whose schedules do not all
     build, or whose steps cannot take a kernel built alone (it writes slices of a
-    concatenation), or whose timing fails, keeps the trials' best. Returns the lines to
-    print."""
-    from ember.autoschedule.calibration import swapped_in_network_times
+    concatenation), or whose timing fails, keeps the trials' best. Where the default
+    network's profile moved from the calibration's (`calibrated_seconds`) by more than
+    DRIFT_TOLERANCE, a last line says the machine's speed moved (`drift_line`).
+    Returns the lines to print."""
+    from ember.autoschedule.calibration import drift_line, swapped_in_network_times
     from ember.autoschedule.measure import MeasureInput, release
     from ember.autoschedule.records import (
         MeasureRecord,
@@ -630,7 +652,8 @@ def check_in_network(
         f"against {_seconds(default_total)} with the default schedules profiled alternately "
         f"({default_total / chosen_total:.2f}x){of_estimate}"
     )
-    return lines
+    drift = None if calibrated_seconds is None else drift_line(calibrated_seconds, default_total)
+    return lines if drift is None else [*lines, drift]
 
 
 def _checked_estimate(result: SchedulerResult, fastest_there: Mapping[int, float]) -> float:

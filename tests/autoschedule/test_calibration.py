@@ -16,12 +16,14 @@ from fake_measure import SMALL_SEARCH, FakeBuilder, dense_relu_task
 import ember
 from ember.autoschedule import LocalBuilder, LocalRunner, SearchTask, extract_tasks
 from ember.autoschedule.calibration import (
+    DRIFT_TOLERANCE,
     TIMING_PREFERENCE,
     Calibration,
     CalibrationError,
     TaskTimes,
     calibrate,
     choose_timing,
+    drift_line,
     set_random_inputs,
     swapped_network_times,
 )
@@ -216,6 +218,21 @@ def test_the_estimate_corrects_each_task_and_adds_the_untuned_steps() -> None:
     assert calibration.error(Timing.WARM) == pytest.approx(4.5e-3 / 6.1e-3)
     assert math.isinf(calibration.error(Timing.COLD))  # no task timed cold
     assert choose_timing(times, (3, 1)) is Timing.COLD_WEIGHTS
+
+
+def test_a_machine_whose_speed_moved_during_the_run_is_named() -> None:
+    # Within the tolerance either way: nothing to say.
+    inside = 0.99 * DRIFT_TOLERANCE
+    for now in (10e-3 * (1 - inside), 10e-3, 10e-3 * (1 + inside)):
+        assert drift_line(10e-3, now) is None
+    # ResNet-18 on a shared Zen 4: 16.389 ms at the calibration, 14.826 at the check.
+    slower = drift_line(16.389e-3, 14.826e-3)
+    assert slower is not None
+    assert "14.826 ms now against 16.389 ms at the calibration (0.90x)" in slower
+    faster = drift_line(10e-3, 12e-3)
+    assert faster is not None and "(1.20x)" in faster
+    # A time that could not be measured says nothing either.
+    assert drift_line(math.inf, 10e-3) is None and drift_line(10e-3, 0.0) is None
 
 
 def test_a_task_no_timing_could_run_is_left_out_and_a_tie_goes_to_cold_weights() -> None:
